@@ -1,0 +1,78 @@
+# dtl_add_lab(): everything a lab needs, so that labs/NN_topic/CMakeLists.txt is one call.
+#
+#   dtl_add_lab(RANKS 1 2 3 4 TIMEOUT 120 [LIBS extra targets])
+#
+# From the lab's folder name (NN_topic) it builds, for each flavor F in {student, reference}:
+#   dtl_labNN_F        library from labs/NN_topic/src/*.cc or reference/NN_topic/src/*.cc
+#   labNN_F_test       every tests/*_test.cc, with the MPI gtest main and the PMPI tracer
+#   labNN_F_hidden     grader/hidden/NN_topic/*_test.cc when that folder exists
+#   labNN_bench        bench/*_bench.cc against the reference (./dtl bench NN)
+# and registers each test binary with ctest once per rank count, named
+# labNN_F_npR (labels: labNN, mpi, F, plus gpu for binaries named *gpu*).
+include_guard(GLOBAL)
+
+set(DTL_HIDDEN_DIR "${PROJECT_SOURCE_DIR}/grader/hidden" CACHE PATH
+    "Where hidden tests live (one folder per lab, NN_topic)")
+
+function(dtl_add_lab)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "RANKS;LIBS" ${ARGN})
+  if(NOT ARG_RANKS)
+    set(ARG_RANKS 1 2 3 4)
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  get_filename_component(lab_name ${CMAKE_CURRENT_SOURCE_DIR} NAME)
+  string(SUBSTRING ${lab_name} 0 2 num)
+  set(lab labNN)
+  string(REPLACE "NN" "${num}" lab ${lab})
+
+  file(GLOB student_src CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/*.cc)
+  file(GLOB reference_src CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/reference/${lab_name}/src/*.cc)
+  file(GLOB test_src CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/tests/*_test.cc)
+  file(GLOB hidden_src CONFIGURE_DEPENDS ${DTL_HIDDEN_DIR}/${lab_name}/*_test.cc)
+  file(GLOB bench_src CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/bench/*_bench.cc)
+
+  foreach(flavor student reference)
+    set(lib dtl_${lab}_${flavor})
+    add_library(${lib} STATIC ${${flavor}_src})
+    target_include_directories(${lib} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include)
+    target_link_libraries(${lib} PUBLIC dtl::harness ${ARG_LIBS})
+    if(flavor STREQUAL "student")
+      # A skeleton leaves parameters and locals unused until the TODOs are done.
+      target_compile_options(${lib} PRIVATE -Wno-unused-parameter -Wno-unused-variable
+                                            -Wno-unused-but-set-variable)
+    endif()
+
+    set(kinds test)
+    if(hidden_src)
+      list(APPEND kinds hidden)
+    endif()
+    foreach(kind IN LISTS kinds)
+      set(exe ${lab}_${flavor}_${kind})
+      if(kind STREQUAL "test")
+        add_executable(${exe} ${test_src})
+      else()
+        add_executable(${exe} ${hidden_src})
+      endif()
+      target_link_libraries(${exe} PRIVATE ${lib} dtl::gtest_mpi_main)
+      foreach(np IN LISTS ARG_RANKS)
+        set(name ${exe}_np${np})
+        add_test(NAME ${name}
+                 COMMAND ${DTL_MPIEXEC} ${DTL_MPIEXEC_FLAGS} -n ${np} $<TARGET_FILE:${exe}>)
+        set(labels ${lab} mpi ${flavor})
+        if(kind STREQUAL "hidden")
+          list(APPEND labels hidden)
+        endif()
+        set_tests_properties(${name} PROPERTIES
+          LABELS "${labels}" TIMEOUT ${ARG_TIMEOUT} PROCESSORS ${np}
+          ENVIRONMENT "${DTL_MPI_ENV}")
+      endforeach()
+    endforeach()
+  endforeach()
+
+  if(bench_src)
+    add_executable(${lab}_bench ${bench_src})
+    target_link_libraries(${lab}_bench PRIVATE dtl_${lab}_reference dtl::bench_mpi_main)
+  endif()
+endfunction()

@@ -1,0 +1,46 @@
+# One options target that every dtlabs target links: language level, warnings,
+# and the include root. No global include_directories or add_compile_options.
+include_guard(GLOBAL)
+
+if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
+  set(CMAKE_BUILD_TYPE RelWithDebInfo CACHE STRING "Build type" FORCE)
+endif()
+
+option(DTL_ENABLE_CUDA "Build the CUDA parts (kernels, NCCL wrappers) when nvcc is found" ON)
+option(DTL_WARNINGS_AS_ERRORS "Treat compiler warnings as errors" OFF)
+
+find_program(DTL_CCACHE ccache)
+if(DTL_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${DTL_CCACHE})
+  set(CMAKE_CUDA_COMPILER_LAUNCHER ${DTL_CCACHE})
+endif()
+
+# CUDA: always compiled where the toolkit exists (CI has nvcc but no GPU).
+set(DTL_HAVE_CUDA OFF)
+if(DTL_ENABLE_CUDA)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90)  # H100 / H200
+    endif()
+    enable_language(CUDA)
+    set(DTL_HAVE_CUDA ON)
+  else()
+    message(STATUS "dtlabs: nvcc not found, CUDA parts disabled")
+  endif()
+endif()
+
+add_library(dtl_options INTERFACE)
+add_library(dtl::options ALIAS dtl_options)
+target_compile_features(dtl_options INTERFACE cxx_std_20)
+target_include_directories(dtl_options INTERFACE ${PROJECT_SOURCE_DIR})
+target_compile_options(dtl_options INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wno-cast-function-type>
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${DTL_WARNINGS_AS_ERRORS}>>:-Werror>)
+if(DTL_HAVE_CUDA)
+  target_compile_definitions(dtl_options INTERFACE DTL_HAVE_CUDA=1)
+endif()

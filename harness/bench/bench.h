@@ -1,0 +1,65 @@
+/// @file
+/// @brief Benchmarks under MPI: paired timing of an implementation beside the
+/// vendor's, the slowest rank's time, medians and ratios, and one table format.
+///
+/// A machine is noisy, so a row never rests on one absolute time. Each iteration
+/// runs the implementation and the vendor call back to back (a pair), each
+/// started together on all ranks (barrier) and timed as the slowest rank's time
+/// (MPI_MAX). The row reports the median of each and the median of the per-pair
+/// ratios: noise that hits both halves of a pair cancels in the ratio.
+///
+/// Every rank runs the same iterations: register rows with a fixed
+/// `->Iterations(n)` and `->UseManualTime()`; the bench main does the rest.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "harness/comm/mpi.h"
+
+namespace dtl::bench {
+
+/// @brief The benchmark's communicator (a duplicate of MPI_COMM_WORLD).
+const Comm& comm();
+
+/// @brief Collects paired samples for one row.
+class PairedTimer {
+ public:
+  /// @brief Runs `fn` on every rank after a barrier; records the slowest rank's seconds.
+  /// Collective: every rank must call it the same number of times.
+  double time_impl(const std::function<void()>& fn);
+  /// @brief The same for the vendor's call.
+  double time_vendor(const std::function<void()>& fn);
+  /// @return median seconds of the implementation's samples.
+  double impl_median() const;
+  /// @return median seconds of the vendor's samples.
+  double vendor_median() const;
+  /// @return median over pairs of impl/vendor (1.0 = as fast as the vendor).
+  double ratio_median() const;
+
+ private:
+  std::vector<double> impl_, vendor_;
+};
+
+/// @brief The median of `values` (0 when empty).
+double median(std::vector<double> values);
+
+/// @brief One column of the printed table: a counter name, a header and a printf format.
+struct Column {
+  std::string counter;  ///< key in benchmark::State::counters
+  std::string header;   ///< column title
+  std::string format;   ///< printf format for the value, e.g. "%10.2f"
+};
+
+/// @brief Chooses the columns rank 0 prints (after the row's name). Call before main runs
+/// the benchmarks, e.g. from a static initializer in the lab's *_bench.cc.
+void set_columns(std::vector<Column> columns);
+
+/// @brief Registers `fn` to run on every rank after all benchmarks (e.g. a model fit
+/// over the rows' results). Collective if `fn` is.
+void at_finish(std::function<void()> fn);
+
+}  // namespace dtl::bench

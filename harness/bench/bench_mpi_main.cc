@@ -1,0 +1,142 @@
+// The one Google Benchmark main for MPI. Rank 0 prints a fixed-column table
+// (dtl::bench::set_columns) and writes --benchmark_out; other ranks run the same
+// iterations silently. See bench.h for how rows time the implementation against
+// the vendor.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <optional>
+
+#include "harness/bench/bench.h"
+
+namespace dtl::bench {
+namespace {
+
+std::optional<Comm> g_comm;
+std::vector<Column>& columns() {
+  static std::vector<Column> c;
+  return c;
+}
+std::vector<std::function<void()>>& finishers() {
+  static std::vector<std::function<void()>> f;
+  return f;
+}
+
+double timed(const std::function<void()>& fn) {
+  comm().barrier();
+  const double start = MPI_Wtime();
+  fn();
+  double mine = MPI_Wtime() - start;
+  double slowest = 0;
+  DTL_MPI_CHECK(MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm()));
+  return slowest;
+}
+
+// Prints one line per row: the name, then the chosen counters.
+class TableReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override {
+    std::printf("%-36s", "# benchmark");
+    for (const auto& c : columns()) {
+      const int width = std::max<int>(static_cast<int>(c.header.size()), 10);
+      std::printf(" %*s", width, c.header.c_str());
+    }
+    std::printf("\n");
+    return true;
+  }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const auto& run : runs) {
+      if (run.error_occurred) {
+        std::printf("%-36s ERROR: %s\n", run.benchmark_name().c_str(), run.error_message.c_str());
+        continue;
+      }
+      std::printf("%-36s", run.benchmark_name().c_str());
+      for (const auto& c : columns()) {
+        const int width = std::max<int>(static_cast<int>(c.header.size()), 10);
+        auto it = run.counters.find(c.counter);
+        char cell[64] = "-";
+        if (it != run.counters.end()) std::snprintf(cell, sizeof cell, c.format.c_str(), it->second.value);
+        std::printf(" %*s", width, cell);
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
+};
+
+class NullReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+}  // namespace
+
+const Comm& comm() { return *g_comm; }
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  const std::size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + mid, values.end());
+  double m = values[mid];
+  if (values.size() % 2 == 0) m = (m + *std::max_element(values.begin(), values.begin() + mid)) / 2;
+  return m;
+}
+
+double PairedTimer::time_impl(const std::function<void()>& fn) {
+  impl_.push_back(timed(fn));
+  return impl_.back();
+}
+double PairedTimer::time_vendor(const std::function<void()>& fn) {
+  vendor_.push_back(timed(fn));
+  return vendor_.back();
+}
+double PairedTimer::impl_median() const { return median(impl_); }
+double PairedTimer::vendor_median() const { return median(vendor_); }
+double PairedTimer::ratio_median() const {
+  std::vector<double> ratios;
+  for (std::size_t i = 0; i < std::min(impl_.size(), vendor_.size()); ++i) {
+    if (vendor_[i] > 0) ratios.push_back(impl_[i] / vendor_[i]);
+  }
+  return median(ratios);
+}
+
+void set_columns(std::vector<Column> c) { columns() = std::move(c); }
+void at_finish(std::function<void()> fn) { finishers().push_back(std::move(fn)); }
+
+}  // namespace dtl::bench
+
+int main(int argc, char** argv) {
+  dtl::MpiSession session(&argc, &argv, MPI_THREAD_SERIALIZED);
+  try {
+    dtl::bench::g_comm.emplace(MPI_COMM_WORLD);
+    const int rank = dtl::bench::comm().rank();
+    // Only rank 0 writes --benchmark_out; the others drop the flag.
+    int kept = 1;
+    for (int i = 1; i < argc; ++i) {
+      if (rank != 0 && std::strncmp(argv[i], "--benchmark_out", 15) == 0) continue;
+      argv[kept++] = argv[i];
+    }
+    argc = kept;
+    benchmark::Initialize(&argc, argv);
+    if (rank == 0) {
+      std::printf("# %d rank(s); times are the slowest rank's; medians over the row's iterations\n",
+                  dtl::bench::comm().size());
+      dtl::bench::TableReporter table;
+      benchmark::RunSpecifiedBenchmarks(&table);
+    } else {
+      dtl::bench::NullReporter quiet;
+      benchmark::RunSpecifiedBenchmarks(&quiet);
+    }
+    for (const auto& fn : dtl::bench::finishers()) fn();
+    benchmark::Shutdown();
+    dtl::bench::g_comm.reset();
+  } catch (const std::exception& e) {
+    std::cerr << "[dtl] benchmark: " << e.what() << std::endl;
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return 0;
+}

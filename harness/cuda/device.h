@@ -1,0 +1,39 @@
+/// @file
+/// @brief GPU presence and an RAII device buffer.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace dtl::cuda {
+
+/// @brief The number of usable GPUs; 0 when there is no GPU or no driver.
+/// Any error from cudaGetDeviceCount (e.g. "driver version is insufficient" on a
+/// machine without a GPU) means "no GPU" here, with the reason in `why`.
+/// @param[out] why when not null and the count is 0, the reason.
+int gpu_count(std::string* why = nullptr);
+
+/// @brief Device memory owned by this object: move-only, freed in the destructor.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() noexcept = default;
+  /// @param[in] bytes how much to allocate (0 allocates nothing).
+  /// @throws CudaError if cudaMalloc fails.
+  explicit DeviceBuffer(std::size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  /// @return the device pointer (null when empty).
+  void* data() const noexcept { return data_; }
+  /// @return the size in bytes.
+  std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace dtl::cuda

@@ -1,0 +1,105 @@
+/// @file
+/// @brief What an MPI test needs: the per-test communicator and rank-aware checks.
+///
+/// Every test binary links harness/testing/gtest_mpi_main.cc, which runs the same
+/// tests in the same order on every rank and gives each test a fresh duplicate of
+/// MPI_COMM_WORLD. A failure on any rank fails the test on all of them and is
+/// shown by rank 0 with the rank it came from.
+///
+/// The one rule: never ASSERT_* (or return early) before a collective or a
+/// matching send/recv. A rank that leaves early makes the others wait forever.
+/// Use EXPECT_* and keep going; the helpers here return AssertionResult so that
+/// they read `EXPECT_TRUE(dtl::testing::buffers_equal(...))`.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstddef>
+#include <span>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "harness/comm/mpi.h"
+
+namespace dtl::testing {
+
+/// @brief The communicator of the running test: a fresh duplicate of
+/// MPI_COMM_WORLD for each test, so no message can leak from one test to the next.
+const Comm& comm();
+
+/// @brief True on every rank if `local` is true on every rank (collective).
+bool all_ranks(bool local);
+
+/// @brief A deterministic byte pattern that differs by `seed` (use the rank, a step...).
+/// Byte i is (i * 131 + seed * 37 + 1) mod 251: never constant, never all zero,
+/// and different for neighbouring seeds, so a message from the wrong rank shows.
+inline std::vector<std::byte> pattern_bytes(std::size_t n, int seed) {
+  std::vector<std::byte> bytes(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    bytes[i] = static_cast<std::byte>((i * 131 + static_cast<std::size_t>(seed) * 37 + 1) % 251);
+  }
+  return bytes;
+}
+
+/// @brief Prints one value for a failure message (bytes as numbers, not characters).
+template <typename T>
+std::string show(const T& value) {
+  std::ostringstream out;
+  if constexpr (std::is_same_v<T, std::byte>) {
+    out << "0x" << std::hex << static_cast<int>(value);
+  } else {
+    out << value;
+  }
+  return out.str();
+}
+
+/// @brief Compares two buffers element by element, exactly.
+/// @param[in] what the buffer's name in the message, e.g. "recv_buf".
+/// @return success, or a failure naming the rank, the first differing index,
+///         expected vs got, and how many elements differ.
+template <typename T>
+::testing::AssertionResult buffers_equal(std::span<const T> expected, std::span<const T> actual,
+                                         const std::string& what) {
+  const int rank = comm().rank();
+  if (expected.size() != actual.size()) {
+    return ::testing::AssertionFailure() << "rank " << rank << ": " << what << " has "
+                                         << actual.size() << " elements, expected "
+                                         << expected.size();
+  }
+  std::size_t first = expected.size();
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const bool same = expected[i] == actual[i] ||
+                      (std::is_floating_point_v<T> && std::isnan(static_cast<double>(expected[i])) &&
+                       std::isnan(static_cast<double>(actual[i])));
+    if (!same) {
+      if (wrong == 0) first = i;
+      ++wrong;
+    }
+  }
+  if (wrong == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "rank " << rank << ": " << what << "[" << first << "] expected "
+         << show(expected[first]) << " got " << show(actual[first]) << " (" << wrong << " of "
+         << expected.size() << " elements differ)";
+}
+
+/// @brief Overload for containers (std::vector and the like).
+template <typename A, typename B>
+::testing::AssertionResult buffers_equal(const A& expected, const B& actual, const std::string& what) {
+  using T = std::remove_cv_t<typename A::value_type>;
+  return buffers_equal<T>(std::span<const T>(expected), std::span<const T>(actual), what);
+}
+
+}  // namespace dtl::testing
+
+/// @brief Skips the test on every rank, with `reason`, when `condition` holds on any rank.
+/// Skipping is collective: a skip on one rank alone would leave the others waiting.
+#define DTL_SKIP_IF_ANY(condition, reason)                                    \
+  do {                                                                        \
+    if (!::dtl::testing::all_ranks(!(condition))) GTEST_SKIP() << (reason);   \
+  } while (0)

@@ -1,0 +1,555 @@
+// The PMPI tracer: each wrapper records the call, forwards to PMPI_*, and clears
+// the record when the call returns. See mpi_tracer.h for what it is for.
+#include "harness/testing/mpi_tracer.h"
+
+#include <fcntl.h>
+#include <mpi.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+#include <vector>
+#include <algorithm>
+
+#include "harness/comm/mpi.h"
+#include "harness/error.h"
+
+namespace dtl::trace {
+namespace {
+
+constexpr std::size_t kStateFileBytes = 1024;
+
+double now_seconds() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+// Everything the tracer knows, behind one mutex: the wrappers run on the
+// application's threads while the watchdog thread reads describe_self().
+struct Tracer {
+  std::mutex mutex;
+  bool in_call = false;
+  bool blocking = false;  // MPI_Test and friends return at once: not "blocked"
+  double since = 0.0;
+  std::string call;
+  std::string last;
+  Counts counts;
+  std::unordered_map<MPI_Request, std::string> requests;  // pending Isend/Irecv
+  char* state_file = nullptr;                              // mmap'd, or null
+  int world_rank = -1;
+
+  void mirror() {  // caller holds the mutex
+    if (state_file == nullptr) return;
+    char text[kStateFileBytes];
+    const int n = std::snprintf(text, sizeof text, "rank %d\nstate %s\nsince %.3f\ncall %s\nlast %s\n",
+                                world_rank, in_call ? (blocking ? "blocked" : "polling") : "running",
+                                since, call.c_str(), last.c_str());
+    const std::size_t used = n < 0 ? 0 : std::min<std::size_t>(n, sizeof text - 1);
+    std::memcpy(state_file, text, used);
+    std::memset(state_file + used, 0, kStateFileBytes - used);
+  }
+};
+
+Tracer& tracer() {
+  static Tracer* t = new Tracer;  // never destroyed: wrappers may run during exit
+  return *t;
+}
+
+std::string peer(int rank, bool source) {
+  if (source && rank == MPI_ANY_SOURCE) return "any";
+  if (rank == MPI_PROC_NULL) return "MPI_PROC_NULL";
+  return std::to_string(rank);
+}
+
+std::string tag_text(int tag) { return tag == MPI_ANY_TAG ? "any" : std::to_string(tag); }
+
+std::size_t payload(int count, MPI_Datatype type) {
+  int size = 0;
+  PMPI_Type_size(type, &size);
+  return static_cast<std::size_t>(count < 0 ? 0 : count) * static_cast<std::size_t>(size);
+}
+
+std::string send_text(const char* name, int count, MPI_Datatype type, int dest, int tag) {
+  return std::string(name) + "(dest=" + peer(dest, false) + ", tag=" + tag_text(tag) + ", " +
+         format_bytes(payload(count, type)) + ")";
+}
+
+std::string recv_text(const char* name, int count, MPI_Datatype type, int source, int tag) {
+  return std::string(name) + "(source=" + peer(source, true) + ", tag=" + tag_text(tag) +
+         ", up to " + format_bytes(payload(count, type)) + ")";
+}
+
+// Records entry on construction and exit on destruction, around one PMPI call.
+class CallScope {
+ public:
+  CallScope(const char* name, std::string text, bool blocking = true) {
+    Tracer& t = tracer();
+    std::lock_guard lock(t.mutex);
+    ++t.counts.calls[name];
+    t.in_call = true;
+    t.blocking = blocking;
+    t.since = now_seconds();
+    t.call = std::move(text);
+    t.mirror();
+  }
+  ~CallScope() {
+    Tracer& t = tracer();
+    std::lock_guard lock(t.mutex);
+    t.in_call = false;
+    t.last = std::move(t.call);
+    t.call.clear();
+    t.mirror();
+  }
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+};
+
+void count_send(int count, MPI_Datatype type, int dest) {
+  if (dest == MPI_PROC_NULL) return;
+  Tracer& t = tracer();
+  std::lock_guard lock(t.mutex);
+  ++t.counts.messages_sent;
+  t.counts.bytes_sent += static_cast<std::int64_t>(payload(count, type));
+}
+
+void remember_request(MPI_Request request, std::string text) {
+  Tracer& t = tracer();
+  std::lock_guard lock(t.mutex);
+  t.requests[request] = std::move(text);
+}
+
+std::string pending_text(const char* name, int n, const MPI_Request* requests) {
+  Tracer& t = tracer();
+  std::lock_guard lock(t.mutex);
+  std::string text = std::string(name) + "(" + std::to_string(n) + " request" + (n == 1 ? "" : "s");
+  const char* sep = ": ";
+  for (int i = 0; i < n; ++i) {
+    if (requests[i] == MPI_REQUEST_NULL) continue;
+    auto it = t.requests.find(requests[i]);
+    text += sep + (it == t.requests.end() ? std::string("?") : it->second);
+    sep = ", ";
+  }
+  return text + ")";
+}
+
+// After a wait or test: forget the requests that MPI has set to MPI_REQUEST_NULL.
+void forget_completed(int n, const MPI_Request* before, const MPI_Request* after) {
+  Tracer& t = tracer();
+  std::lock_guard lock(t.mutex);
+  for (int i = 0; i < n; ++i) {
+    if (before[i] != MPI_REQUEST_NULL && after[i] == MPI_REQUEST_NULL) t.requests.erase(before[i]);
+  }
+}
+
+}  // namespace
+
+std::int64_t Counts::count(const std::string& name) const {
+  auto it = calls.find(name);
+  return it == calls.end() ? 0 : it->second;
+}
+
+void enable_state_file(const std::string& dir, int world_rank) {
+  const std::string path = dir + "/rank" + std::to_string(world_rank) + ".state";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0 || ::ftruncate(fd, kStateFileBytes) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw Error("trace: cannot create " + path + ": " + std::strerror(errno));
+  }
+  void* map = ::mmap(nullptr, kStateFileBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) throw Error("trace: cannot map " + path + ": " + std::strerror(errno));
+  Tracer& t = tracer();
+  std::lock_guard lock(t.mutex);
+  t.state_file = static_cast<char*>(map);
+  t.world_rank = world_rank;
+  t.mirror();
+}
+
+std::string describe_self() {
+  Tracer& t = tracer();
+  std::lock_guard lock(t.mutex);
+  std::ostringstream out;
+  out.precision(1);
+  if (t.in_call) {
+    out << (t.blocking ? "in " : "polling in ") << t.call << " for " << std::fixed
+        << now_seconds() - t.since << " s";
+  } else {
+    out << "running its own code, not in an MPI call";
+    if (!t.last.empty()) out << " (last call: " << t.last << ")";
+  }
+  return out.str();
+}
+
+std::string describe_all(const std::string& dir, int world_size, bool* all_blocked) {
+  std::ostringstream out;
+  out.precision(1);
+  bool blocked = world_size > 0;
+  const double now = now_seconds();
+  for (int r = 0; r < world_size; ++r) {
+    std::ifstream in(dir + "/rank" + std::to_string(r) + ".state");
+    std::string line, state, call, last;
+    double since = 0.0;
+    while (std::getline(in, line)) {
+      if (line.rfind("state ", 0) == 0) state = line.substr(6);
+      if (line.rfind("since ", 0) == 0) since = std::atof(line.c_str() + 6);
+      if (line.rfind("call ", 0) == 0) call = line.substr(5);
+      if (line.rfind("last ", 0) == 0) last = line.substr(5);
+    }
+    out << "  rank " << r << ": ";
+    if (state == "blocked" || state == "polling") {
+      out << (state == "blocked" ? "in " : "polling in ") << call << " for " << std::fixed
+          << now - since << " s\n";
+    } else if (state == "running") {
+      blocked = false;
+      out << "running its own code, not in an MPI call"
+          << (last.empty() ? "" : " (last call: " + last + ")") << "\n";
+    } else {
+      blocked = false;
+      out << "no trace (the process may have exited)\n";
+    }
+  }
+  if (all_blocked != nullptr) *all_blocked = blocked;
+  return out.str();
+}
+
+Counts counts() {
+  Tracer& t = tracer();
+  std::lock_guard lock(t.mutex);
+  return t.counts;
+}
+
+void reset_counts() {
+  Tracer& t = tracer();
+  std::lock_guard lock(t.mutex);
+  t.counts = Counts{};
+}
+
+}  // namespace dtl::trace
+
+// ---------------------------------------------------------------------------
+// The wrappers. Each has the exact signature of Open MPI's mpi.h.
+// ---------------------------------------------------------------------------
+using dtl::trace::CallScope;
+
+extern "C" {
+
+int MPI_Send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+  dtl::trace::count_send(count, type, dest);
+  CallScope scope("MPI_Send", dtl::trace::send_text("MPI_Send", count, type, dest, tag));
+  return PMPI_Send(buf, count, type, dest, tag, comm);
+}
+
+int MPI_Ssend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+  dtl::trace::count_send(count, type, dest);
+  CallScope scope("MPI_Ssend", dtl::trace::send_text("MPI_Ssend", count, type, dest, tag));
+  return PMPI_Ssend(buf, count, type, dest, tag, comm);
+}
+
+int MPI_Bsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+  dtl::trace::count_send(count, type, dest);
+  CallScope scope("MPI_Bsend", dtl::trace::send_text("MPI_Bsend", count, type, dest, tag));
+  return PMPI_Bsend(buf, count, type, dest, tag, comm);
+}
+
+int MPI_Rsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+  dtl::trace::count_send(count, type, dest);
+  CallScope scope("MPI_Rsend", dtl::trace::send_text("MPI_Rsend", count, type, dest, tag));
+  return PMPI_Rsend(buf, count, type, dest, tag, comm);
+}
+
+int MPI_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+             MPI_Status* status) {
+  CallScope scope("MPI_Recv", dtl::trace::recv_text("MPI_Recv", count, type, source, tag));
+  return PMPI_Recv(buf, count, type, source, tag, comm, status);
+}
+
+int MPI_Sendrecv(const void* send_buf, int send_count, MPI_Datatype send_type, int dest,
+                 int send_tag, void* recv_buf, int recv_count, MPI_Datatype recv_type,
+                 int source, int recv_tag, MPI_Comm comm, MPI_Status* status) {
+  dtl::trace::count_send(send_count, send_type, dest);
+  CallScope scope("MPI_Sendrecv",
+                  dtl::trace::send_text("MPI_Sendrecv", send_count, send_type, dest, send_tag) +
+                      " + " + dtl::trace::recv_text("recv", recv_count, recv_type, source, recv_tag));
+  return PMPI_Sendrecv(send_buf, send_count, send_type, dest, send_tag, recv_buf, recv_count,
+                       recv_type, source, recv_tag, comm, status);
+}
+
+int MPI_Sendrecv_replace(void* buf, int count, MPI_Datatype type, int dest, int send_tag,
+                         int source, int recv_tag, MPI_Comm comm, MPI_Status* status) {
+  dtl::trace::count_send(count, type, dest);
+  CallScope scope("MPI_Sendrecv_replace",
+                  dtl::trace::send_text("MPI_Sendrecv_replace", count, type, dest, send_tag) +
+                      " + " + dtl::trace::recv_text("recv", count, type, source, recv_tag));
+  return PMPI_Sendrecv_replace(buf, count, type, dest, send_tag, source, recv_tag, comm, status);
+}
+
+int MPI_Isend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+              MPI_Request* request) {
+  dtl::trace::count_send(count, type, dest);
+  const int rc = [&] {
+    CallScope scope("MPI_Isend", dtl::trace::send_text("MPI_Isend", count, type, dest, tag), false);
+    return PMPI_Isend(buf, count, type, dest, tag, comm, request);
+  }();
+  if (rc == MPI_SUCCESS) {
+    dtl::trace::remember_request(*request, dtl::trace::send_text("Isend", count, type, dest, tag));
+  }
+  return rc;
+}
+
+int MPI_Issend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+               MPI_Request* request) {
+  dtl::trace::count_send(count, type, dest);
+  const int rc = [&] {
+    CallScope scope("MPI_Issend", dtl::trace::send_text("MPI_Issend", count, type, dest, tag), false);
+    return PMPI_Issend(buf, count, type, dest, tag, comm, request);
+  }();
+  if (rc == MPI_SUCCESS) {
+    dtl::trace::remember_request(*request, dtl::trace::send_text("Issend", count, type, dest, tag));
+  }
+  return rc;
+}
+
+int MPI_Irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+              MPI_Request* request) {
+  const int rc = [&] {
+    CallScope scope("MPI_Irecv", dtl::trace::recv_text("MPI_Irecv", count, type, source, tag), false);
+    return PMPI_Irecv(buf, count, type, source, tag, comm, request);
+  }();
+  if (rc == MPI_SUCCESS) {
+    dtl::trace::remember_request(*request, dtl::trace::recv_text("Irecv", count, type, source, tag));
+  }
+  return rc;
+}
+
+int MPI_Wait(MPI_Request* request, MPI_Status* status) {
+  const MPI_Request before = *request;
+  int rc;
+  {
+    CallScope scope("MPI_Wait", dtl::trace::pending_text("MPI_Wait", 1, request));
+    rc = PMPI_Wait(request, status);
+  }
+  dtl::trace::forget_completed(1, &before, request);
+  return rc;
+}
+
+int MPI_Waitall(int n, MPI_Request requests[], MPI_Status statuses[]) {
+  std::vector<MPI_Request> before(requests, requests + (n > 0 ? n : 0));
+  int rc;
+  {
+    CallScope scope("MPI_Waitall", dtl::trace::pending_text("MPI_Waitall", n, requests));
+    rc = PMPI_Waitall(n, requests, statuses);
+  }
+  dtl::trace::forget_completed(n, before.data(), requests);
+  return rc;
+}
+
+int MPI_Waitany(int n, MPI_Request requests[], int* index, MPI_Status* status) {
+  std::vector<MPI_Request> before(requests, requests + (n > 0 ? n : 0));
+  int rc;
+  {
+    CallScope scope("MPI_Waitany", dtl::trace::pending_text("MPI_Waitany", n, requests));
+    rc = PMPI_Waitany(n, requests, index, status);
+  }
+  dtl::trace::forget_completed(n, before.data(), requests);
+  return rc;
+}
+
+int MPI_Waitsome(int n, MPI_Request requests[], int* out_count, int indices[],
+                 MPI_Status statuses[]) {
+  std::vector<MPI_Request> before(requests, requests + (n > 0 ? n : 0));
+  int rc;
+  {
+    CallScope scope("MPI_Waitsome", dtl::trace::pending_text("MPI_Waitsome", n, requests));
+    rc = PMPI_Waitsome(n, requests, out_count, indices, statuses);
+  }
+  dtl::trace::forget_completed(n, before.data(), requests);
+  return rc;
+}
+
+int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
+  const MPI_Request before = *request;
+  int rc;
+  {
+    CallScope scope("MPI_Test", dtl::trace::pending_text("MPI_Test", 1, request), false);
+    rc = PMPI_Test(request, flag, status);
+  }
+  dtl::trace::forget_completed(1, &before, request);
+  return rc;
+}
+
+int MPI_Testall(int n, MPI_Request requests[], int* flag, MPI_Status statuses[]) {
+  std::vector<MPI_Request> before(requests, requests + (n > 0 ? n : 0));
+  int rc;
+  {
+    CallScope scope("MPI_Testall", dtl::trace::pending_text("MPI_Testall", n, requests), false);
+    rc = PMPI_Testall(n, requests, flag, statuses);
+  }
+  dtl::trace::forget_completed(n, before.data(), requests);
+  return rc;
+}
+
+int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status* status) {
+  CallScope scope("MPI_Probe", dtl::trace::recv_text("MPI_Probe", 0, MPI_BYTE, source, tag));
+  return PMPI_Probe(source, tag, comm, status);
+}
+
+// Collectives: recorded by name (labs 02 and 03 forbid them in student code) and
+// reported as "in MPI_Bcast(root=0, 4 KiB)" when a rank is stuck in one.
+#define DTL_TRACE_COLLECTIVE(name, text, call) \
+  CallScope scope(#name, std::string(#name) + (text)); \
+  return call
+
+static std::string bytes_arg(int count, MPI_Datatype type) {
+  return "(" + dtl::format_bytes(dtl::trace::payload(count, type)) + ")";
+}
+static std::string rooted_arg(int count, MPI_Datatype type, int root) {
+  return "(root=" + std::to_string(root) + ", " + dtl::format_bytes(dtl::trace::payload(count, type)) + ")";
+}
+
+int MPI_Barrier(MPI_Comm comm) { DTL_TRACE_COLLECTIVE(MPI_Barrier, "()", PMPI_Barrier(comm)); }
+
+int MPI_Bcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm) {
+  DTL_TRACE_COLLECTIVE(MPI_Bcast, rooted_arg(count, type, root), PMPI_Bcast(buf, count, type, root, comm));
+}
+
+int MPI_Reduce(const void* send_buf, void* recv_buf, int count, MPI_Datatype type, MPI_Op op, int root,
+               MPI_Comm comm) {
+  DTL_TRACE_COLLECTIVE(MPI_Reduce, rooted_arg(count, type, root),
+                       PMPI_Reduce(send_buf, recv_buf, count, type, op, root, comm));
+}
+
+int MPI_Allreduce(const void* send_buf, void* recv_buf, int count, MPI_Datatype type, MPI_Op op,
+                  MPI_Comm comm) {
+  DTL_TRACE_COLLECTIVE(MPI_Allreduce, bytes_arg(count, type),
+                       PMPI_Allreduce(send_buf, recv_buf, count, type, op, comm));
+}
+
+int MPI_Gather(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
+               int recv_count, MPI_Datatype recv_type, int root, MPI_Comm comm) {
+  DTL_TRACE_COLLECTIVE(MPI_Gather, rooted_arg(send_count, send_type, root),
+                       PMPI_Gather(send_buf, send_count, send_type, recv_buf, recv_count, recv_type, root, comm));
+}
+
+int MPI_Gatherv(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
+                const int recv_counts[], const int displs[], MPI_Datatype recv_type, int root,
+                MPI_Comm comm) {
+  DTL_TRACE_COLLECTIVE(MPI_Gatherv, rooted_arg(send_count, send_type, root),
+                       PMPI_Gatherv(send_buf, send_count, send_type, recv_buf, recv_counts, displs,
+                                    recv_type, root, comm));
+}
+
+int MPI_Scatter(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
+                int recv_count, MPI_Datatype recv_type, int root, MPI_Comm comm) {
+  DTL_TRACE_COLLECTIVE(MPI_Scatter, rooted_arg(recv_count, recv_type, root),
+                       PMPI_Scatter(send_buf, send_count, send_type, recv_buf, recv_count, recv_type, root, comm));
+}
+
+int MPI_Scatterv(const void* send_buf, const int send_counts[], const int displs[],
+                 MPI_Datatype send_type, void* recv_buf, int recv_count, MPI_Datatype recv_type,
+                 int root, MPI_Comm comm) {
+  DTL_TRACE_COLLECTIVE(MPI_Scatterv, rooted_arg(recv_count, recv_type, root),
+                       PMPI_Scatterv(send_buf, send_counts, displs, send_type, recv_buf, recv_count,
+                                     recv_type, root, comm));
+}
+
+int MPI_Allgather(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
+                  int recv_count, MPI_Datatype recv_type, MPI_Comm comm) {
+  DTL_TRACE_COLLECTIVE(MPI_Allgather, bytes_arg(send_count, send_type),
+                       PMPI_Allgather(send_buf, send_count, send_type, recv_buf, recv_count, recv_type, comm));
+}
+
+int MPI_Allgatherv(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
+                   const int recv_counts[], const int displs[], MPI_Datatype recv_type, MPI_Comm comm) {
+  DTL_TRACE_COLLECTIVE(MPI_Allgatherv, bytes_arg(send_count, send_type),
+                       PMPI_Allgatherv(send_buf, send_count, send_type, recv_buf, recv_counts, displs,
+                                       recv_type, comm));
+}
+
+int MPI_Alltoall(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
+                 int recv_count, MPI_Datatype recv_type, MPI_Comm comm) {
+  DTL_TRACE_COLLECTIVE(MPI_Alltoall, bytes_arg(send_count, send_type),
+                       PMPI_Alltoall(send_buf, send_count, send_type, recv_buf, recv_count, recv_type, comm));
+}
+
+int MPI_Alltoallv(const void* send_buf, const int send_counts[], const int send_displs[],
+                  MPI_Datatype send_type, void* recv_buf, const int recv_counts[],
+                  const int recv_displs[], MPI_Datatype recv_type, MPI_Comm comm) {
+  DTL_TRACE_COLLECTIVE(MPI_Alltoallv, "()",
+                       PMPI_Alltoallv(send_buf, send_counts, send_displs, send_type, recv_buf,
+                                      recv_counts, recv_displs, recv_type, comm));
+}
+
+int MPI_Reduce_scatter_block(const void* send_buf, void* recv_buf, int recv_count, MPI_Datatype type,
+                             MPI_Op op, MPI_Comm comm) {
+  DTL_TRACE_COLLECTIVE(MPI_Reduce_scatter_block, bytes_arg(recv_count, type),
+                       PMPI_Reduce_scatter_block(send_buf, recv_buf, recv_count, type, op, comm));
+}
+
+int MPI_Reduce_scatter(const void* send_buf, void* recv_buf, const int recv_counts[], MPI_Datatype type,
+                       MPI_Op op, MPI_Comm comm) {
+  DTL_TRACE_COLLECTIVE(MPI_Reduce_scatter, "()",
+                       PMPI_Reduce_scatter(send_buf, recv_buf, recv_counts, type, op, comm));
+}
+
+int MPI_Ibcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm, MPI_Request* request) {
+  DTL_TRACE_COLLECTIVE(MPI_Ibcast, rooted_arg(count, type, root),
+                       PMPI_Ibcast(buf, count, type, root, comm, request));
+}
+
+int MPI_Iallreduce(const void* send_buf, void* recv_buf, int count, MPI_Datatype type, MPI_Op op,
+                   MPI_Comm comm, MPI_Request* request) {
+  DTL_TRACE_COLLECTIVE(MPI_Iallreduce, bytes_arg(count, type),
+                       PMPI_Iallreduce(send_buf, recv_buf, count, type, op, comm, request));
+}
+
+int MPI_Ireduce(const void* send_buf, void* recv_buf, int count, MPI_Datatype type, MPI_Op op,
+                int root, MPI_Comm comm, MPI_Request* request) {
+  DTL_TRACE_COLLECTIVE(MPI_Ireduce, rooted_arg(count, type, root),
+                       PMPI_Ireduce(send_buf, recv_buf, count, type, op, root, comm, request));
+}
+
+int MPI_Iallgather(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
+                   int recv_count, MPI_Datatype recv_type, MPI_Comm comm, MPI_Request* request) {
+  DTL_TRACE_COLLECTIVE(MPI_Iallgather, bytes_arg(send_count, send_type),
+                       PMPI_Iallgather(send_buf, send_count, send_type, recv_buf, recv_count,
+                                       recv_type, comm, request));
+}
+
+int MPI_Ialltoall(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
+                  int recv_count, MPI_Datatype recv_type, MPI_Comm comm, MPI_Request* request) {
+  DTL_TRACE_COLLECTIVE(MPI_Ialltoall, bytes_arg(send_count, send_type),
+                       PMPI_Ialltoall(send_buf, send_count, send_type, recv_buf, recv_count,
+                                      recv_type, comm, request));
+}
+
+int MPI_Igather(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
+                int recv_count, MPI_Datatype recv_type, int root, MPI_Comm comm, MPI_Request* request) {
+  DTL_TRACE_COLLECTIVE(MPI_Igather, rooted_arg(send_count, send_type, root),
+                       PMPI_Igather(send_buf, send_count, send_type, recv_buf, recv_count, recv_type,
+                                    root, comm, request));
+}
+
+int MPI_Iscatter(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
+                 int recv_count, MPI_Datatype recv_type, int root, MPI_Comm comm, MPI_Request* request) {
+  DTL_TRACE_COLLECTIVE(MPI_Iscatter, rooted_arg(recv_count, recv_type, root),
+                       PMPI_Iscatter(send_buf, send_count, send_type, recv_buf, recv_count, recv_type,
+                                     root, comm, request));
+}
+
+int MPI_Ireduce_scatter_block(const void* send_buf, void* recv_buf, int recv_count, MPI_Datatype type,
+                              MPI_Op op, MPI_Comm comm, MPI_Request* request) {
+  DTL_TRACE_COLLECTIVE(MPI_Ireduce_scatter_block, bytes_arg(recv_count, type),
+                       PMPI_Ireduce_scatter_block(send_buf, recv_buf, recv_count, type, op, comm, request));
+}
+
+int MPI_Ibarrier(MPI_Comm comm, MPI_Request* request) {
+  DTL_TRACE_COLLECTIVE(MPI_Ibarrier, "()", PMPI_Ibarrier(comm, request));
+}
+
+}  // extern "C"

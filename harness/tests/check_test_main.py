@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Checks the MPI gtest main from outside: runs harness_meta_test's deliberately
+failing tests under mpirun and checks what a student would see.
+
+usage: check_test_main.py MPIEXEC META_TEST_BINARY
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+MPIEXEC, BINARY = sys.argv[1], sys.argv[2]
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
+failures = []
+
+
+def run(np, test, *extra, timeout=60):
+    cmd = [MPIEXEC, "--oversubscribe", "-n", str(np), BINARY, "--gtest_also_run_disabled_tests",
+           f"--gtest_filter={test}", *extra]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start
+
+
+def check(cond, what, output=""):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+        print(output[-3000:])
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    # A failure on the last rank only: reported by rank 0 with the rank, in the JSON too.
+    out_json = os.path.join(tmp, "out.json")
+    rc, out, _ = run(3, "Meta.DISABLED_FailsOnLastRankOnly", f"--gtest_output=json:{out_json}")
+    check(rc != 0, "a failure on rank 2 of 3 gives a non-zero exit code", out)
+    check("[rank 2]" in out and "failing on purpose" in out, "rank 0 shows rank 2's failure", out)
+    report = json.load(open(out_json))
+    check(report["failures"] == 1, "rank 0's JSON counts the failure of rank 2", json.dumps(report))
+
+    # Passing tests pass, with the same exit code everywhere.
+    rc, out, _ = run(2, "Meta.Passes")
+    check(rc == 0, "a passing test exits 0", out)
+
+    # An exception on every rank is a clean failure, not a crash.
+    rc, out, _ = run(2, "Meta.DISABLED_ThrowsOnEveryRank")
+    check(rc == 1 and "thrown on purpose" in out, "an exception fails the test cleanly", out)
+
+    # A deadlock is reported as one, with each rank's blocked call, within the timeout.
+    progress = os.path.join(tmp, "progress.jsonl")
+    os.environ["DTL_PROGRESS_FILE"] = progress
+    ENV["DTL_PROGRESS_FILE"] = progress
+    rc, out, seconds = run(3, "Meta.DISABLED_NaiveRingDeadlocks", "--dtl_timeout=3")
+    check(rc != 0, "the deadlocked run fails", out)
+    check(seconds < 30, f"the deadlock ends the run soon after the timeout ({seconds:.1f} s)", out)
+    check("DEADLOCK in Meta.DISABLED_NaiveRingDeadlocks" in out, "the report says DEADLOCK", out)
+    for r in range(3):
+        check(f"rank {r}: in MPI_Send(dest={(r + 1) % 3}, tag=5, 1 MiB)" in out,
+              f"the report shows rank {r} in MPI_Send to rank {(r + 1) % 3}", out)
+    events = [json.loads(line) for line in open(progress)]
+    check(any(e["event"] == "timeout" and "MPI_Send" in e["report"] for e in events),
+          "the progress file records the timeout and its report", json.dumps(events))
+
+sys.exit(1 if failures else 0)

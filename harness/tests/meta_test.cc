@@ -1,0 +1,34 @@
+// Deliberately failing tests, run one at a time by check_test_main.py to show
+// that the MPI test main reports failures on other ranks, agrees on the exit
+// code, and turns a deadlock into a report of where each rank is blocked.
+// They are DISABLED_ so that a plain run of this binary passes.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "harness/testing/mpi_test.h"
+
+namespace {
+
+using dtl::testing::comm;
+
+TEST(Meta, Passes) { EXPECT_EQ(1 + 1, 2); }
+
+TEST(Meta, DISABLED_FailsOnLastRankOnly) {
+  EXPECT_NE(comm().rank(), comm().size() - 1) << "failing on purpose";
+}
+
+// Every rank sends 1 MiB to its right neighbour before receiving: above the
+// eager limit no send can complete, and no receive is ever posted.
+TEST(Meta, DISABLED_NaiveRingDeadlocks) {
+  const int rank = comm().rank();
+  const int size = comm().size();
+  std::vector<char> send(1 << 20, 'x'), recv(1 << 20);
+  MPI_Send(send.data(), static_cast<int>(send.size()), MPI_CHAR, (rank + 1) % size, 5, comm());
+  MPI_Recv(recv.data(), static_cast<int>(recv.size()), MPI_CHAR, (rank - 1 + size) % size, 5, comm(),
+           MPI_STATUS_IGNORE);
+}
+
+TEST(Meta, DISABLED_ThrowsOnEveryRank) { throw std::runtime_error("thrown on purpose"); }
+
+}  // namespace

@@ -1,0 +1,51 @@
+// Lab 01, task D: fitting the alpha-beta (latency-bandwidth) model.
+//
+// What this file teaches: the model that every cost in this course is written
+// in. Sending n bytes takes
+//
+//     t(n) = alpha + beta * n
+//
+// alpha: the fixed cost of any message (software overhead, a trip through the
+//        network stack or the shared-memory queue), seconds;
+// beta:  the cost of each byte, seconds per byte; 1/beta is the bandwidth.
+//
+// Fit by weighted least squares with weight 1/t_i^2, i.e. minimize the relative
+// error. Measured times span five orders of magnitude (a microsecond for 8 B, a
+// millisecond for 4 MiB); unweighted least squares would fit the big messages
+// and could even make alpha negative.
+//
+// The normal equations of  min sum_i w_i (alpha + beta n_i - t_i)^2  are
+//
+//     [ S   Sn  ] [alpha]   [ St  ]      S = sum w,  Sn = sum w n,  Snn = sum w n^2,
+//     [ Sn  Snn ] [beta ] = [ Snt ]      St = sum w t,  Snt = sum w n t.
+//
+// Solved here in centred form (n measured from its weighted mean), which avoids
+// subtracting two huge, nearly equal numbers when sizes reach megabytes.
+#include <cmath>
+#include <string>
+
+#include "harness/error.h"
+#include "lab01/point_to_point.h"
+
+namespace dtl::lab01 {
+
+AlphaBeta fit_alpha_beta(std::span<const Sample> samples) {
+  DTL_REQUIRE_ARG(samples.size() >= 2, "fit_alpha_beta", "samples",
+                  "holds " + std::to_string(samples.size()) + " sample(s); a line needs at least 2");
+  bool two_sizes = false;
+  for (const Sample& s : samples) {
+    DTL_REQUIRE_ARG(std::isfinite(s.seconds) && s.seconds > 0, "fit_alpha_beta", "samples",
+                    "holds a time of " + std::to_string(s.seconds) + " s for " +
+                        std::to_string(s.bytes) + " B; every time must be positive and finite");
+    two_sizes = two_sizes || s.bytes != samples[0].bytes;
+  }
+  DTL_REQUIRE_ARG(two_sizes, "fit_alpha_beta", "samples",
+                  "has only one message size; alpha and beta need at least two");
+
+  // TODO(student): Weighted least squares with w_i = 1 / t_i^2 for t = alpha + beta * n (see the
+  //   normal equations in the comment at the top of this file). Accumulate the
+  //   weighted sums in double, then solve the 2x2 system for alpha and beta.
+  throw dtl::NotImplemented("fit_alpha_beta");
+}
+
+}  // namespace dtl::lab01

@@ -1,0 +1,44 @@
+// Lab 01, task C: nonblocking halo (ghost-cell) exchange on a 1-D grid.
+//
+// What this file teaches: the communication pattern of every stencil code
+// (and, later, of pipeline stages passing activations to their neighbours).
+// Each rank owns a piece of the grid plus `halo` ghost cells on each side that
+// mirror its neighbours' edge cells. Posting all receives and sends first and
+// waiting once lets the four transfers proceed together, in any order, with no
+// chance of a cycle of blocking calls.
+//
+//     rank r field:  [ L ghosts | owned 0 .. n-1 | R ghosts ]
+//     owned[0 .. halo)      --> rank r-1's R ghosts
+//     owned[n-halo .. n)    --> rank r+1's L ghosts
+#include <mpi.h>
+
+#include <array>
+
+#include "harness/comm/mpi.h"
+#include "harness/error.h"
+#include "lab01/point_to_point.h"
+
+namespace dtl::lab01 {
+
+void halo_exchange(MPI_Comm comm, std::span<double> field, std::size_t halo, bool periodic, int tag) {
+  DTL_REQUIRE_ARG(field.size() >= 3 * halo, "halo_exchange", "field",
+                  "has " + std::to_string(field.size()) + " cells; with halo " + std::to_string(halo) +
+                      " it needs at least " + std::to_string(3 * halo) + " (two ghost regions and " +
+                      std::to_string(halo) + " owned cells to send)");
+  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "halo_exchange", "tag", "must be in [0, 32767]");
+  const int count = to_mpi_count(halo, "halo_exchange", "halo");
+  int rank = 0;
+  int size = 0;
+  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  if (halo == 0) return;
+  const std::size_t n = field.size() - 2 * halo;  // owned cells
+
+  // TODO(student): Find left and right neighbours (MPI_PROC_NULL at a non-periodic edge: a
+  //   send or receive with it completes at once and moves nothing). Post
+  //   MPI_Irecv into both ghost regions and MPI_Isend of both edge regions, then
+  //   one MPI_Waitall. The ghosts start at field[0] and field[halo + n].
+  throw dtl::NotImplemented("halo_exchange");
+}
+
+}  // namespace dtl::lab01

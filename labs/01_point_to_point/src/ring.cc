@@ -1,0 +1,42 @@
+// Lab 01, task B: shifting buffers around a ring without deadlock.
+//
+// What this file teaches: why "every rank sends, then every rank receives"
+// hangs. MPI_Send may return as soon as the message is copied out (the eager
+// protocol, small messages) or only once the receiver has posted the matching
+// receive (rendezvous, large messages). In a ring every rank is a sender and a
+// receiver; if all of them block in MPI_Send waiting for a receive that comes
+// only after their own send, nobody moves: a cycle of waits, a deadlock.
+//
+// Three standard fixes, any of which passes the tests:
+//   1. MPI_Sendrecv: MPI does the send and the receive together;
+//   2. ordering: even ranks send first, odd ranks receive first;
+//   3. nonblocking: MPI_Irecv, MPI_Isend, then MPI_Waitall.
+// The reference uses the first.
+#include <mpi.h>
+
+#include "harness/comm/mpi.h"
+#include "harness/error.h"
+#include "lab01/point_to_point.h"
+
+namespace dtl::lab01 {
+
+void ring_shift(MPI_Comm comm, std::span<const std::byte> send_buf, std::span<std::byte> recv_buf,
+                int tag) {
+  DTL_REQUIRE_ARG(recv_buf.size() == send_buf.size(), "ring_shift", "recv_buf",
+                  "has " + std::to_string(recv_buf.size()) + " bytes; send_buf has " +
+                      std::to_string(send_buf.size()));
+  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "ring_shift", "tag", "must be in [0, 32767]");
+  const int count = to_mpi_count(send_buf.size(), "ring_shift", "send_buf");
+  int rank = 0;
+  int size = 0;
+  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+
+  // TODO(student): Send to right = (rank + 1) % size and receive from left = (rank - 1 + size) % size
+  //   in a way that cannot deadlock above the eager limit: MPI_Sendrecv, even/odd
+  //   ordering, or MPI_Irecv + MPI_Isend + MPI_Waitall. Plain MPI_Send then MPI_Recv
+  //   on every rank hangs once messages are larger than a few KiB.
+  throw dtl::NotImplemented("ring_shift");
+}
+
+}  // namespace dtl::lab01

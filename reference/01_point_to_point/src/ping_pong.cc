@@ -1,0 +1,60 @@
+// Lab 01, task A: ping-pong.
+//
+// What this file teaches: the round trip that every latency and bandwidth number
+// in this course comes from. One rank sends, the other echoes, and the first
+// times the loop. Half a round trip is the one-way time that the alpha-beta
+// model (alpha_beta.cc) describes.
+//
+// What it leaves out: warm-up iterations and statistics (the benchmark,
+// bench/ping_pong_bench.cc, takes medians over many calls).
+#include <mpi.h>
+
+#include "harness/comm/mpi.h"
+#include "harness/error.h"
+#include "lab01/point_to_point.h"
+
+namespace dtl::lab01 {
+
+double ping_pong(MPI_Comm comm, std::span<const std::byte> send_buf, std::span<std::byte> recv_buf,
+                 int initiator, int responder, int iterations, int tag) {
+  int rank = 0;
+  int size = 0;
+  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  DTL_REQUIRE_ARG(initiator >= 0 && initiator < size, "ping_pong", "initiator",
+                  "is " + std::to_string(initiator) + ", not a rank of a " + std::to_string(size) + "-rank communicator");
+  DTL_REQUIRE_ARG(responder >= 0 && responder < size && responder != initiator, "ping_pong", "responder",
+                  "is " + std::to_string(responder) + "; it must be a rank other than the initiator (" +
+                      std::to_string(initiator) + ") in a " + std::to_string(size) + "-rank communicator");
+  DTL_REQUIRE_ARG(iterations >= 1, "ping_pong", "iterations", "must be at least 1");
+  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "ping_pong", "tag", "must be in [0, 32767]");
+  DTL_REQUIRE_ARG(recv_buf.size() == send_buf.size(), "ping_pong", "recv_buf",
+                  "has " + std::to_string(recv_buf.size()) + " bytes; send_buf has " +
+                      std::to_string(send_buf.size()));
+  const int count = to_mpi_count(send_buf.size(), "ping_pong", "send_buf");
+
+  // BEGIN SOLUTION(ping_pong)
+  // | The initiator sends send_buf, then receives the echo into recv_buf; the
+  // | responder receives into recv_buf, then sends recv_buf back. Use `tag` for
+  // | every message and name the peer explicitly (no MPI_ANY_SOURCE/ANY_TAG).
+  // | Time the whole loop with MPI_Wtime on the initiator; return seconds per round trip.
+  if (rank == initiator) {
+    const double start = MPI_Wtime();
+    for (int i = 0; i < iterations; ++i) {
+      DTL_MPI_CHECK(MPI_Send(send_buf.data(), count, MPI_BYTE, responder, tag, comm));
+      DTL_MPI_CHECK(MPI_Recv(recv_buf.data(), count, MPI_BYTE, responder, tag, comm, MPI_STATUS_IGNORE));
+    }
+    return (MPI_Wtime() - start) / iterations;
+  }
+  if (rank == responder) {
+    for (int i = 0; i < iterations; ++i) {
+      // The echo must wait for the message: receive first, then send it back.
+      DTL_MPI_CHECK(MPI_Recv(recv_buf.data(), count, MPI_BYTE, initiator, tag, comm, MPI_STATUS_IGNORE));
+      DTL_MPI_CHECK(MPI_Send(recv_buf.data(), count, MPI_BYTE, initiator, tag, comm));
+    }
+  }
+  return 0.0;
+  // END SOLUTION
+}
+
+}  // namespace dtl::lab01
