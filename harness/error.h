@@ -74,8 +74,8 @@ class TimeoutError : public Error {
   using Error::Error;
 };
 
-/// @brief "rank R of P on HOST" when MPI is initialized, else "HOST".
-/// Used in every message so that a failure names the process it came from.
+/// @brief Names this process for error messages.
+/// @return "rank R of P on HOST" when MPI is initialized, else "host HOST".
 std::string where_am_i();
 
 /// @brief Throws InvalidArgument naming the function, the argument and this rank.

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "harness/error.h"
 
@@ -27,10 +28,12 @@ namespace dtl {
 /// constructor throws rather than letting threaded code race inside MPI.
 class MpiSession {
  public:
-  /// @param[in] argc,argv main's arguments (MPI may consume some).
+  /// @param[in,out] argc main's argument count (MPI may consume some).
+  /// @param[in,out] argv main's arguments.
   /// @param[in] required the thread level needed, e.g. MPI_THREAD_MULTIPLE.
   /// @throws MpiError if initialization fails or the level is not provided.
   MpiSession(int* argc, char*** argv, int required = MPI_THREAD_SERIALIZED);
+  /// @brief Finalizes MPI (unless something already did).
   ~MpiSession();
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
@@ -52,14 +55,22 @@ class Comm {
   /// @param[in] parent the communicator to duplicate.
   /// @throws MpiError if MPI_Comm_dup fails.
   explicit Comm(MPI_Comm parent);
+  /// @brief An empty handle (MPI_COMM_NULL), to be assigned later.
   Comm() noexcept = default;
+  /// @brief Frees the communicator unless MPI is already finalized.
   ~Comm();
+  /// @brief Takes over `other`'s communicator; `other` becomes empty.
+  /// @param[in,out] other the communicator to move from.
   Comm(Comm&& other) noexcept;
+  /// @brief Frees ours, then takes over `other`'s communicator.
+  /// @param[in,out] other the communicator to move from.
+  /// @return *this.
   Comm& operator=(Comm&& other) noexcept;
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
 
   /// @brief A duplicate of MPI_COMM_WORLD (collective over all processes).
+  /// @return the new communicator.
   static Comm world() { return Comm(MPI_COMM_WORLD); }
 
   /// @return this process's rank in the communicator.
@@ -80,21 +91,30 @@ class Comm {
   int size_ = 0;
 };
 
-/// @brief The MPI datatype for a C++ element type, e.g. mpi_datatype<float>() is MPI_FLOAT.
+/// @brief The MPI datatype for a C++ element type.
+/// @tparam T std::byte, char, std::int32_t, std::int64_t, float or double.
+/// @return e.g. MPI_FLOAT for float.
 template <typename T>
-MPI_Datatype mpi_datatype();
-template <> inline MPI_Datatype mpi_datatype<std::byte>() { return MPI_BYTE; }
-template <> inline MPI_Datatype mpi_datatype<char>() { return MPI_CHAR; }
-template <> inline MPI_Datatype mpi_datatype<std::int32_t>() { return MPI_INT32_T; }
-template <> inline MPI_Datatype mpi_datatype<std::int64_t>() { return MPI_INT64_T; }
-template <> inline MPI_Datatype mpi_datatype<float>() { return MPI_FLOAT; }
-template <> inline MPI_Datatype mpi_datatype<double>() { return MPI_DOUBLE; }
+MPI_Datatype mpi_datatype() {
+  if constexpr (std::is_same_v<T, std::byte>) return MPI_BYTE;
+  else if constexpr (std::is_same_v<T, char>) return MPI_CHAR;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return MPI_INT32_T;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return MPI_INT64_T;
+  else if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
+  else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
+  else static_assert(sizeof(T) == 0, "mpi_datatype: no MPI datatype for this type");
+}
 
-/// @brief "1 MiB", "4 KiB", "17 B": a byte count as people write it.
+/// @brief A byte count as people write it.
+/// @param[in] bytes the count.
+/// @return "1 MiB", "4 KiB" or "4097 B" (binary units only when exact).
 std::string format_bytes(std::size_t bytes);
 
 /// @brief Converts a size_t element count to the `int` MPI wants.
-/// @param[in] function,argument named in the error.
+/// @param[in] count the element count.
+/// @param[in] function the public function, named in the error.
+/// @param[in] argument the argument the count came from, named in the error.
+/// @return `count` as an int.
 /// @throws InvalidArgument if `count` exceeds INT_MAX.
 int to_mpi_count(std::size_t count, const char* function, const char* argument);
 

@@ -27,16 +27,23 @@
 
 namespace dtl::testing {
 
-/// @brief The communicator of the running test: a fresh duplicate of
-/// MPI_COMM_WORLD for each test, so no message can leak from one test to the next.
+/// @brief The communicator of the running test.
+/// @return a fresh duplicate of MPI_COMM_WORLD for each test, so no message can
+///         leak from one test to the next.
+/// @throws Error when called outside a test.
 const Comm& comm();
 
-/// @brief True on every rank if `local` is true on every rank (collective).
+/// @brief Logical AND over the ranks of comm() (collective: every rank must call it).
+/// @param[in] local this rank's value.
+/// @return true on every rank if `local` is true on every rank.
 bool all_ranks(bool local);
 
 /// @brief A deterministic byte pattern that differs by `seed` (use the rank, a step...).
 /// Byte i is (i * 131 + seed * 37 + 1) mod 251: never constant, never all zero,
 /// and different for neighbouring seeds, so a message from the wrong rank shows.
+/// @param[in] n the number of bytes.
+/// @param[in] seed what makes this pattern differ from others.
+/// @return the bytes.
 inline std::vector<std::byte> pattern_bytes(std::size_t n, int seed) {
   std::vector<std::byte> bytes(n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -46,6 +53,8 @@ inline std::vector<std::byte> pattern_bytes(std::size_t n, int seed) {
 }
 
 /// @brief Prints one value for a failure message (bytes as numbers, not characters).
+/// @param[in] value the value.
+/// @return its text.
 template <typename T>
 std::string show(const T& value) {
   std::ostringstream out;
@@ -57,7 +66,9 @@ std::string show(const T& value) {
   return out.str();
 }
 
-/// @brief Compares two buffers element by element, exactly.
+/// @brief Compares two buffers element by element, exactly (NaN equals NaN).
+/// @param[in] expected what the oracle says.
+/// @param[in] actual what the code under test produced.
 /// @param[in] what the buffer's name in the message, e.g. "recv_buf".
 /// @return success, or a failure naming the rank, the first differing index,
 ///         expected vs got, and how many elements differ.
@@ -89,6 +100,10 @@ template <typename T>
 }
 
 /// @brief Overload for containers (std::vector and the like).
+/// @param[in] expected what the oracle says.
+/// @param[in] actual what the code under test produced.
+/// @param[in] what the buffer's name in the message.
+/// @return as the span overload.
 template <typename A, typename B>
 ::testing::AssertionResult buffers_equal(const A& expected, const B& actual, const std::string& what) {
   using T = std::remove_cv_t<typename A::value_type>;

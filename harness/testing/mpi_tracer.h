@@ -25,7 +25,8 @@ struct Counts {
   std::map<std::string, std::int64_t> calls;  ///< MPI function name -> number of calls
   std::int64_t messages_sent = 0;             ///< point-to-point sends started
   std::int64_t bytes_sent = 0;                ///< payload bytes of those sends
-  /// @return how many times `name` (e.g. "MPI_Bcast") was called.
+  /// @param[in] name an MPI function, e.g. "MPI_Bcast".
+  /// @return how many times it was called.
   std::int64_t count(const std::string& name) const;
 };
 
@@ -35,7 +36,8 @@ struct Counts {
 /// @throws Error if the file cannot be created.
 void enable_state_file(const std::string& dir, int world_rank);
 
-/// @brief This rank's state, e.g. "in MPI_Send(dest=1, tag=0, 1 MiB) for 10.0 s".
+/// @brief This rank's state.
+/// @return e.g. "in MPI_Send(dest=1, tag=0, 1 MiB) for 10.0 s".
 std::string describe_self();
 
 /// @brief Reads every rank's state file and writes one line per rank.
@@ -46,6 +48,7 @@ std::string describe_self();
 std::string describe_all(const std::string& dir, int world_size, bool* all_blocked);
 
 /// @brief The counters since the last reset_counts() (this rank only).
+/// @return a copy of them.
 Counts counts();
 
 /// @brief Zeroes the counters.

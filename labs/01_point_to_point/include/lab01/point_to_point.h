@@ -110,7 +110,8 @@ struct Sample {
 struct AlphaBeta {
   double alpha;  ///< latency, seconds (the time of an empty message)
   double beta;   ///< seconds per byte (1/beta is the bandwidth)
-  /// @return the predicted one-way seconds for a message of `bytes` bytes.
+  /// @param[in] bytes a message size.
+  /// @return the predicted one-way seconds for a message of that size.
   double predict(std::size_t bytes) const { return alpha + beta * static_cast<double>(bytes); }
 };
 

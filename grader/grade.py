@@ -1,0 +1,622 @@
+#!/usr/bin/env python3
+"""The dtlabs autograder: ./dtl grade NN [options].
+
+What it does, in order (see grader/README.md for the contract):
+  1. takes the lab's src/ files from the submission (a folder holding them, or a
+     checkout of the repository) -- only file names that exist in the lab's src/,
+     only regular files; everything else is ignored and listed;
+  2. copies a pristine tree (CMake, cmake/, harness/, the lab's tests, headers and
+     hidden tests) from this repository into a fresh folder and drops the
+     submission's files into labs/NN_topic/src there: tests, headers and harness
+     are never the student's;
+  3. configures and builds only that lab's student test binaries; a build that
+     fails scores 0 with the compiler's errors;
+  4. runs each test binary under mpirun at every rank count the rubric names, in
+     its own session, with a per-test timeout (the test main's watchdog) and a
+     grader-side limit on time and output; a crash, a hang or a flood costs the
+     tests it hit and the run resumes with the remaining tests;
+  5. scores the rubric (grader/rubrics/NN.toml plus hidden rubrics), prints a
+     table and writes Gradescope's results.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_SOURCE_BYTES = 1 << 20          # a single submitted file larger than this is refused
+OUTPUT_KEEP_HEAD = 48 << 10         # bytes of a run's output kept from its start...
+OUTPUT_KEEP_TAIL = 16 << 10         # ...and from its end
+OUTPUT_FLOOD_BYTES = 16 << 20       # more output than this ends the run as a flood
+TEST_OUTPUT_CAP = 4000              # characters of output kept per Gradescope test
+BUILD_TIMEOUT = 900                 # seconds for configure + build
+MPI_ENV = {
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "OMPI_MCA_rmaps_base_oversubscribe": "1",
+    "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+}
+
+
+class GraderError(Exception):
+    """A problem with the grader's own set-up (bad lab number, bad rubric), never a submission's."""
+
+
+# ---------------------------------------------------------------------------
+# The lab and its rubric
+# ---------------------------------------------------------------------------
+
+@dataclass
+class Item:
+    name: str
+    points: float
+    tests: list[str]
+    ranks: list[int]
+    binary: str = "test"
+    visibility: str = "visible"
+    timeout: float = 10.0
+    gpu: bool = False
+
+
+@dataclass
+class Lab:
+    number: str
+    name: str                  # e.g. 01_point_to_point
+    title: str
+    items: list[Item]
+    needs_cuda: bool = False
+
+    @property
+    def src_names(self) -> list[str]:
+        ref = ROOT / "reference" / self.name / "src"
+        return sorted(str(p.relative_to(ref)) for p in ref.rglob("*") if p.is_file())
+
+
+def find_lab(number: str) -> str:
+    number = f"{int(number):02d}" if number.isdigit() else number
+    found = sorted(p.name for p in (ROOT / "labs").glob(f"{number}_*") if p.is_dir())
+    if not found:
+        labs = ", ".join(sorted(p.name[:2] for p in (ROOT / "labs").glob("[0-9][0-9]_*")))
+        raise GraderError(f"no lab {number!r} (labs: {labs})")
+    return found[0]
+
+
+def parse_items(data: dict, default_timeout: float, default_binary: str, origin: str) -> list[Item]:
+    items = []
+    for raw in data.get("item", []):
+        try:
+            items.append(Item(name=raw["name"], points=float(raw["points"]), tests=list(raw["tests"]),
+                              ranks=[int(r) for r in raw["ranks"]],
+                              binary=raw.get("binary", default_binary),
+                              visibility=raw.get("visibility", "visible"),
+                              timeout=float(raw.get("timeout", default_timeout)),
+                              gpu=bool(raw.get("gpu", False))))
+        except (KeyError, TypeError, ValueError) as e:
+            raise GraderError(f"{origin}: bad item {raw.get('name', raw)!r}: {e}") from e
+    return items
+
+
+def load_lab(number: str, hidden_dirs: list[Path]) -> Lab:
+    name = find_lab(number)
+    rubric = ROOT / "grader" / "rubrics" / f"{name[:2]}.toml"
+    if not rubric.exists():
+        raise GraderError(f"no rubric for lab {name[:2]}: {rubric} is missing")
+    data = tomllib.loads(rubric.read_text())
+    timeout = float(data.get("timeout", 10))
+    items = parse_items(data, timeout, "test", str(rubric))
+    for folder in hidden_dirs:
+        hidden_rubric = folder / "rubric.toml"
+        if hidden_rubric.exists():
+            items += parse_items(tomllib.loads(hidden_rubric.read_text()), timeout, "hidden", str(hidden_rubric))
+    return Lab(number=name[:2], name=name, title=data.get("title", name), items=items,
+               needs_cuda=bool(data.get("cuda", False)))
+
+
+# ---------------------------------------------------------------------------
+# The submission and the pristine tree
+# ---------------------------------------------------------------------------
+
+def submission_sources(lab: Lab, args) -> tuple[Path, str]:
+    """Returns (folder holding the lab's src files, a description of it)."""
+    if args.reference:
+        return ROOT / "reference" / lab.name / "src", "the reference solution"
+    if args.skeleton:
+        return ROOT / "labs" / lab.name / "src", "the student skeleton"
+    if args.submission is None:
+        return ROOT / "labs" / lab.name / "src", f"your work in labs/{lab.name}/src"
+    sub = Path(args.submission).resolve()
+    if not sub.is_dir():
+        raise GraderError(f"--submission {sub}: not a folder")
+    for candidate in (sub / "labs" / lab.name / "src", sub / "src", sub):
+        if candidate.is_dir() and any((candidate / n).is_file() for n in lab.src_names):
+            return candidate, f"submission {candidate}"
+    return sub, f"submission {sub} (none of {', '.join(lab.src_names)} found)"
+
+
+def copy_pristine_tree(lab: Lab, dest: Path, hidden_dirs: list[Path]) -> None:
+    """Everything the build needs, from this repository; never from the submission."""
+    for name in ("CMakeLists.txt", "CMakePresets.json"):
+        if (ROOT / name).exists():
+            shutil.copy2(ROOT / name, dest / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for folder in ("cmake", "harness", f"labs/{lab.name}", f"reference/{lab.name}"):
+        shutil.copytree(ROOT / folder, dest / folder, ignore=ignore)
+    hidden_dest = dest / "grader" / "hidden" / lab.name
+    hidden_dest.mkdir(parents=True)
+    for i, folder in enumerate(hidden_dirs):
+        for src in sorted(folder.glob("*_test.cc")):
+            target = hidden_dest / (src.name if i == 0 else f"extra{i}_{src.name}")
+            shutil.copy2(src, target)
+
+
+def install_submission(lab: Lab, source: Path, dest_src: Path) -> list[str]:
+    """Copies the allowed files; returns notes on what was missing or ignored."""
+    notes = []
+    allowed = set(lab.src_names)
+    for rel in lab.src_names:
+        src = source / rel
+        if src.is_symlink() or not src.is_file():
+            notes.append(f"{rel}: not in the submission; graded as the skeleton's (not implemented)")
+            continue
+        if src.stat().st_size > MAX_SOURCE_BYTES:
+            notes.append(f"{rel}: larger than {MAX_SOURCE_BYTES} bytes; graded as the skeleton's")
+            continue
+        shutil.copyfile(src, dest_src / rel)
+    if source.is_dir():
+        extra = sorted(str(p.relative_to(source)) for p in source.rglob("*")
+                       if p.is_file() and str(p.relative_to(source)) not in allowed
+                       and "/." not in f"/{p.relative_to(source)}")
+        if extra:
+            shown = ", ".join(extra[:8]) + (f" and {len(extra) - 8} more" if len(extra) > 8 else "")
+            notes.append(f"ignored (only {', '.join(lab.src_names)} are graded): {shown}")
+    return notes
+
+
+# ---------------------------------------------------------------------------
+# Running a command: own session, time limit, capped output
+# ---------------------------------------------------------------------------
+
+@dataclass
+class RunResult:
+    returncode: int | None
+    output: str
+    seconds: float
+    timed_out: bool = False
+    flooded: bool = False
+
+
+def kill_session(sid: int) -> None:
+    """Kills every process in session `sid` (mpirun and all the ranks it started)."""
+    try:
+        os.killpg(sid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) == sid:  # fields after the name: state ppid pgrp session
+                os.kill(int(stat.parent.name), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            continue
+
+
+def run_capped(cmd: list[str], env: dict, cwd: Path, limit: float,
+               on_timeout=None) -> RunResult:
+    """Runs `cmd` in a new session; kills the whole session after `limit` seconds or
+    after OUTPUT_FLOOD_BYTES of output. Keeps the head and the tail of the output."""
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    head, tail = bytearray(), bytearray()
+    total = [0]
+    flooded = threading.Event()
+
+    def reader():
+        while chunk := proc.stdout.read1(65536):
+            total[0] += len(chunk)
+            if len(head) < OUTPUT_KEEP_HEAD:
+                take = OUTPUT_KEEP_HEAD - len(head)
+                head.extend(chunk[:take])
+                chunk = chunk[take:]
+            tail.extend(chunk)
+            del tail[:-OUTPUT_KEEP_TAIL]
+            if total[0] > OUTPUT_FLOOD_BYTES and not flooded.is_set():
+                flooded.set()
+                kill_session(proc.pid)
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        if on_timeout is not None:
+            on_timeout()
+        kill_session(proc.pid)
+        proc.wait()
+    kill_session(proc.pid)  # ranks left behind by a crashed mpirun
+    thread.join(timeout=5)
+    text = head.decode(errors="replace")
+    if total[0] > len(head) + len(tail):
+        text += f"\n... [{total[0] - len(head) - len(tail)} bytes of output cut] ...\n"
+    text += tail.decode(errors="replace")
+    return RunResult(proc.returncode, text, time.monotonic() - start, timed_out, flooded.is_set())
+
+
+# ---------------------------------------------------------------------------
+# Building
+# ---------------------------------------------------------------------------
+
+def compiler_errors(output: str, limit: int = 6000) -> str:
+    """The compiler's error lines with a little context, not the whole build log."""
+    lines = output.splitlines()
+    keep = [i for i, line in enumerate(lines) if re.search(r"error|Error|undefined reference", line)]
+    picked: list[str] = []
+    seen = set()
+    for i in keep:
+        for j in range(max(0, i - 1), min(len(lines), i + 4)):
+            if j not in seen:
+                seen.add(j)
+                picked.append(lines[j])
+    text = "\n".join(picked) or output[-limit:]
+    return text[:limit]
+
+
+def build(lab: Lab, tree: Path, build_dir: Path, binaries: list[str]) -> RunResult:
+    env = dict(os.environ, CCACHE_BASEDIR=str(tree), CCACHE_NOHASHDIR="true")
+    cuda = "ON" if lab.needs_cuda else "OFF"
+    configure = ["cmake", "-S", str(tree), "-B", str(build_dir), "-G", "Ninja", f"-DDTL_LABS={lab.number}",
+                 f"-DDTL_ENABLE_CUDA={cuda}", "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
+                 f"-DDTL_HIDDEN_DIR={tree / 'grader' / 'hidden'}"]
+    result = run_capped(configure, env, tree, BUILD_TIMEOUT)
+    if result.returncode != 0:
+        return result
+    jobs = str(max(1, os.cpu_count() or 1))
+    made = run_capped(["cmake", "--build", str(build_dir), "-j", jobs, "--target", *binaries], env, tree,
+                      BUILD_TIMEOUT)
+    made.seconds += result.seconds
+    return made
+
+
+# ---------------------------------------------------------------------------
+# Running the tests of one binary at one rank count
+# ---------------------------------------------------------------------------
+
+@dataclass
+class TestResult:
+    status: str          # passed, failed, skipped, timeout, crashed, flood, not_run
+    message: str = ""
+    seconds: float = 0.0
+
+
+def read_progress(path: Path) -> list[dict]:
+    events = []
+    if path.exists():
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut short by a kill
+    return events
+
+
+def read_gtest_json(path: Path) -> dict[str, TestResult]:
+    results = {}
+    data = json.loads(path.read_text())
+    for suite in data.get("testsuites", []):
+        for test in suite.get("testsuite", []):
+            name = f"{suite['name']}.{test['name']}"
+            failures = "\n".join(f.get("failure", "") for f in test.get("failures", []))
+            if test.get("result") == "SKIPPED" or test.get("status") == "NOTRUN":
+                status = "skipped"
+            else:
+                status = "failed" if failures else "passed"
+            seconds = float(str(test.get("time", "0s")).rstrip("s") or 0)
+            results[name] = TestResult(status, failures, seconds)
+    return results
+
+
+def trace_report(trace_dir: Path, np: int) -> str:
+    """Where each rank is, from the tracer's state files (grader-side timeout)."""
+    lines = []
+    now = time.time()
+    for r in range(np):
+        state = {}
+        f = trace_dir / f"rank{r}.state"
+        if f.exists():
+            for line in f.read_text(errors="replace").replace("\0", "").splitlines():
+                key, _, value = line.partition(" ")
+                state[key] = value
+        if state.get("state") in ("blocked", "polling"):
+            since = float(state.get("since", now))
+            lines.append(f"  rank {r}: in {state.get('call', '?')} for {now - since:.1f} s")
+        elif state.get("state") == "running":
+            lines.append(f"  rank {r}: running its own code, not in an MPI call (last call: {state.get('last', '-')})")
+        else:
+            lines.append(f"  rank {r}: no trace")
+    return "\n".join(lines)
+
+
+def list_tests(binary: Path, patterns: list[str], work: Path) -> list[str]:
+    env = dict(os.environ, **MPI_ENV)
+    result = run_capped(["mpirun", "-n", "1", str(binary), "--gtest_list_tests",
+                         f"--gtest_filter={':'.join(patterns)}"], env, work, 120)
+    names, suite = [], ""
+    for line in result.output.splitlines():
+        if not line.strip() or line.startswith(("[", "Note:", "Running main")):
+            continue
+        if not line.startswith(" "):
+            suite = line.strip()
+        else:
+            names.append(suite + line.strip().split()[0])
+    return names
+
+
+def run_tests(binary: Path, np: int, names: list[str], timeout: float, work: Path,
+              log) -> dict[str, TestResult]:
+    """Runs `names` at `np` ranks, resuming after a crash, a timeout or a flood,
+    until every test has a result."""
+    results: dict[str, TestResult] = {}
+    remaining = list(names)
+    attempt = 0
+    while remaining:
+        attempt += 1
+        run_dir = Path(tempfile.mkdtemp(prefix=f"np{np}-", dir=work))
+        trace_dir = run_dir / "trace"
+        trace_dir.mkdir()
+        progress = run_dir / "progress.jsonl"
+        out_json = run_dir / "gtest.json"
+        env = dict(os.environ, **MPI_ENV, DTL_PROGRESS_FILE=str(progress), DTL_TRACE_DIR=str(trace_dir),
+                   DTL_TEST_TIMEOUT=str(timeout), GTEST_COLOR="no")
+        cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", str(np), str(binary),
+               f"--gtest_filter={':'.join(remaining)}", f"--gtest_output=json:{out_json}"]
+        limit = timeout * len(remaining) + 60
+        report = {}
+        run = run_capped(cmd, env, run_dir, limit,
+                         on_timeout=lambda: report.update(text=trace_report(trace_dir, np)))
+        log(run.output)
+        events = read_progress(progress)
+        finished = {}
+        if out_json.exists() and not (run.timed_out or run.flooded):
+            try:
+                finished = read_gtest_json(out_json)
+            except (json.JSONDecodeError, KeyError, ValueError):
+                finished = {}
+        for e in events:  # results of a run that ended before gtest wrote its JSON
+            if e.get("event") == "end" and e["test"] not in finished:
+                finished[e["test"]] = TestResult(e.get("status", "failed"), e.get("failures", ""),
+                                                 float(e.get("seconds", 0)))
+        started = [e["test"] for e in events if e.get("event") == "start"]
+        culprit = next((t for t in reversed(started) if t not in finished), None)
+        if culprit is not None:
+            timeout_event = next((e for e in events if e.get("event") == "timeout" and e["test"] == culprit), None)
+            tail = run.output[-2500:]
+            if timeout_event is not None:
+                finished[culprit] = TestResult("timeout", timeout_event["report"], timeout)
+            elif run.flooded:
+                finished[culprit] = TestResult(
+                    "flood", f"{culprit} printed more than {OUTPUT_FLOOD_BYTES >> 20} MiB of output; "
+                             f"the run was stopped. The end of it:\n{tail}")
+            elif run.timed_out:
+                finished[culprit] = TestResult(
+                    "timeout", f"TIMEOUT in {culprit}: the run was killed by the grader after "
+                               f"{limit:.0f} s. Where each rank was:\n{report.get('text', '')}")
+            else:
+                finished[culprit] = TestResult(
+                    "crashed", f"{culprit} crashed (mpirun exit code {run.returncode}): a rank died, "
+                               f"e.g. a segmentation fault or an abort. The end of the output:\n{tail}")
+        for name in remaining:
+            if name in finished:
+                results[name] = finished[name]
+        progress_made = [n for n in remaining if n in finished]
+        remaining = [n for n in remaining if n not in finished]
+        if remaining and not progress_made:
+            # The binary died before any test started (e.g. in a static initializer).
+            for name in remaining:
+                results[name] = TestResult("crashed", "the test program ended before this test started "
+                                                      f"(exit code {run.returncode}):\n{run.output[-2500:]}")
+            break
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return results
+
+
+# ---------------------------------------------------------------------------
+# Scoring and reporting
+# ---------------------------------------------------------------------------
+
+def gpu_available() -> bool:
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+        return out.returncode == 0 and "GPU" in out.stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def score_item(item: Item, by_run: dict[tuple[str, int], dict[str, TestResult]],
+               names: dict[str, list[str]]) -> tuple[float, str, str]:
+    """Returns (score, status, output) for one rubric item: all or nothing."""
+    matched = [n for n in names[item.binary] if any(fnmatchcase(n, p) for p in item.tests)]
+    if not matched:
+        return 0.0, "failed", "no test matches " + ", ".join(item.tests) + " (a grader set-up problem)"
+    problems = []
+    for np in item.ranks:
+        for name in matched:
+            result = by_run.get((item.binary, np), {}).get(name, TestResult("not_run", "not run"))
+            if result.status != "passed":
+                label = {"skipped": "SKIPPED", "timeout": "TIMEOUT", "crashed": "CRASHED", "flood": "OUTPUT FLOOD",
+                         "not_run": "NOT RUN"}.get(result.status, "FAILED")
+                problems.append(f"{label} {name} at {np} rank(s):\n{result.message.strip()}")
+    if not problems:
+        return item.points, "passed", f"passed at {', '.join(map(str, item.ranks))} rank(s)"
+    text = "\n\n".join(problems)
+    if len(text) > TEST_OUTPUT_CAP:
+        text = text[:TEST_OUTPUT_CAP] + f"\n... ({len(problems)} problems in all; output cut)"
+    return 0.0, "failed", text
+
+
+def print_table(lab: Lab, rows: list[dict], total: float, max_total: float, out) -> None:
+    width = max([len(r["name"]) for r in rows] + [20])
+    print(f"\nLab {lab.number} — {lab.title}", file=out)
+    print(f"{'item':<{width}}  {'ranks':<10} {'points':>11}  status", file=out)
+    for r in rows:
+        pts = f"{r['score']:g} / {r['max_score']:g}"
+        print(f"{r['name']:<{width}}  {r['ranks']:<10} {pts:>11}  {r['status']}", file=out)
+    print(f"{'TOTAL':<{width}}  {'':<10} {f'{total:g} / {max_total:g}':>11}", file=out)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="./dtl grade", description="Grade a lab: build the submission in a pristine tree, run the tests "
+                                        "under MPI with timeouts, score the rubric, write Gradescope JSON.")
+    parser.add_argument("lab", help="lab number, e.g. 01")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--submission", metavar="DIR",
+                       help="a folder with the lab's src files, or a checkout of the repository "
+                            "(default: your own labs/NN_topic/src)")
+    which.add_argument("--reference", action="store_true", help="grade the reference solution")
+    which.add_argument("--skeleton", action="store_true", help="grade the untouched student skeleton")
+    parser.add_argument("--json", metavar="FILE", help="write Gradescope results.json here")
+    parser.add_argument("--hidden", metavar="DIR", action="append", default=[],
+                        help="more hidden tests: a folder of *_test.cc files and a rubric.toml (repeatable)")
+    parser.add_argument("--no-hidden", action="store_true", help="skip the example hidden tests in grader/hidden")
+    parser.add_argument("--keep", action="store_true", help="keep the pristine build folder and print its path")
+    parser.add_argument("--verbose", action="store_true", help="print every test run's output")
+    args = parser.parse_args(argv)
+
+    started = time.monotonic()
+    try:
+        lab_name = find_lab(args.lab)
+        hidden_dirs = [] if args.no_hidden else [ROOT / "grader" / "hidden" / lab_name]
+        hidden_dirs = [d for d in hidden_dirs if d.is_dir()] + [Path(h).resolve() for h in args.hidden]
+        for d in hidden_dirs:
+            if not d.is_dir():
+                raise GraderError(f"--hidden {d}: not a folder")
+        lab = load_lab(args.lab, hidden_dirs)
+        source, description = submission_sources(lab, args)
+    except GraderError as e:
+        print(f"grade: {e}", file=sys.stderr)
+        return 2
+
+    print(f"Grading lab {lab.number} ({lab.name}): {description}", flush=True)
+    work = Path(tempfile.mkdtemp(prefix=f"dtl-grade-{lab.number}-"))
+    log_lines: list[str] = []
+
+    def log(text: str) -> None:
+        log_lines.append(text)
+        if args.verbose:
+            print(text)
+
+    try:
+        tree = work / "tree"
+        tree.mkdir()
+        copy_pristine_tree(lab, tree, hidden_dirs)
+        notes = install_submission(lab, source, tree / "labs" / lab.name / "src")
+        for note in notes:
+            print(f"  note: {note}")
+        has_hidden = any((tree / "grader" / "hidden" / lab.name).glob("*_test.cc"))
+        binaries = {"test": f"lab{lab.number}_student_test"}
+        if has_hidden:
+            binaries["hidden"] = f"lab{lab.number}_student_hidden"
+        items = [i for i in lab.items if i.binary in binaries]
+
+        print("  building ...", flush=True)
+        made = build(lab, tree, work / "build", list(binaries.values()))
+        rows, by_run = [], {}
+        gpu = gpu_available()
+        if made.returncode != 0:
+            why = "the build timed out" if made.timed_out else "the submission does not compile"
+            errors = compiler_errors(made.output)
+            print(f"  {why}; every item scores 0. The compiler said:\n{errors}")
+            for item in items:
+                rows.append(dict(name=item.name, ranks=",".join(map(str, item.ranks)), score=0.0,
+                                 max_score=item.points, status="failed", visibility=item.visibility,
+                                 output=f"{why}:\n{errors}"[:TEST_OUTPUT_CAP]))
+        else:
+            print(f"  built in {made.seconds:.0f} s; running tests ...", flush=True)
+            exe_dir = work / "build" / "labs" / lab.name
+            names = {kind: list_tests(exe_dir / exe, ["*"], work) for kind, exe in binaries.items()}
+            plan: dict[tuple[str, int], tuple[set, float]] = {}
+            for item in items:
+                if item.gpu and not gpu:
+                    continue
+                matched = {n for n in names[item.binary] if any(fnmatchcase(n, p) for p in item.tests)}
+                for np in item.ranks:
+                    tests, timeout = plan.get((item.binary, np), (set(), 0.0))
+                    plan[(item.binary, np)] = (tests | matched, max(timeout, item.timeout))
+            hung: dict[tuple[str, str], int] = {}  # (binary, test) -> rank count it timed out at
+            for (kind, np), (tests, timeout) in sorted(plan.items()):
+                # A test that hung at fewer ranks is not run again: it fails its item
+                # anyway, and each further hang would cost a full timeout.
+                ordered = [n for n in names[kind] if n in tests and (kind, n) not in hung]
+                t0 = time.monotonic()
+                by_run[(kind, np)] = run_tests(exe_dir / binaries[kind], np, ordered, timeout, work, log)
+                for n, r in by_run[(kind, np)].items():
+                    if r.status == "timeout":
+                        hung.setdefault((kind, n), np)
+                for n in tests:
+                    if (kind, n) in hung and n not in by_run[(kind, np)]:
+                        by_run[(kind, np)][n] = TestResult(
+                            "timeout", f"not run: it timed out at {hung[(kind, n)]} rank(s)")
+                ordered = [n for n in names[kind] if n in tests]
+                bad = sum(r.status != "passed" for r in by_run[(kind, np)].values())
+                print(f"  {kind:<6} at {np} rank(s): {len(ordered) - bad}/{len(ordered)} passed "
+                      f"({time.monotonic() - t0:.1f} s)", flush=True)
+            for item in items:
+                if item.gpu and not gpu:
+                    rows.append(dict(name=item.name, ranks=",".join(map(str, item.ranks)), score=0.0,
+                                     max_score=0.0, status="not gradable without a GPU",
+                                     visibility=item.visibility,
+                                     output=f"not gradable without a GPU: this item's {item.points:g} points "
+                                            "are left out of the total, not given as 0 or as full marks"))
+                    continue
+                score, status, output = score_item(item, by_run, names)
+                rows.append(dict(name=item.name, ranks=",".join(map(str, item.ranks)), score=score,
+                                 max_score=item.points, status=status, visibility=item.visibility,
+                                 output=output))
+        total = round(sum(r["score"] for r in rows), 2)
+        max_total = round(sum(r["max_score"] for r in rows), 2)
+        print_table(lab, rows, total, max_total, sys.stdout)
+        failed = [r for r in rows if r["status"] == "failed"]
+        if failed:
+            print("\nWhat went wrong (first problem of each item):")
+            for r in failed:
+                first = r["output"].split("\n\n")[0]
+                print(f"--- {r['name']}\n{first[:1500]}")
+        elapsed = time.monotonic() - started
+        if args.json:
+            results = {
+                "score": total, "max_score": max_total, "execution_time": round(elapsed, 1),
+                "output": f"Lab {lab.number} ({lab.title}): {total:g} / {max_total:g}. " + " ".join(notes),
+                "visibility": "visible", "stdout_visibility": "hidden",
+                "tests": [{"name": r["name"], "score": r["score"], "max_score": r["max_score"],
+                           "status": "passed" if r["status"] == "passed" else "failed",
+                           "output": r["output"], "visibility": r["visibility"]} for r in rows],
+            }
+            Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+            print(f"\nwrote {args.json}")
+        print(f"graded in {elapsed:.0f} s")
+        return 0
+    finally:
+        if args.keep:
+            (work / "run.log").write_text("\n".join(log_lines))
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
