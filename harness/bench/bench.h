@@ -22,7 +22,8 @@
 
 namespace dtl::bench {
 
-/// @brief The benchmark's communicator (a duplicate of MPI_COMM_WORLD).
+/// @brief The benchmark's communicator.
+/// @return a duplicate of MPI_COMM_WORLD, valid while benchmarks run.
 const Comm& comm();
 
 /// @brief Collects paired samples for one row.
@@ -30,8 +31,12 @@ class PairedTimer {
  public:
   /// @brief Runs `fn` on every rank after a barrier; records the slowest rank's seconds.
   /// Collective: every rank must call it the same number of times.
+  /// @param[in] fn the implementation's work for one sample.
+  /// @return the sample: the slowest rank's seconds.
   double time_impl(const std::function<void()>& fn);
   /// @brief The same for the vendor's call.
+  /// @param[in] fn the vendor's work for one sample.
+  /// @return the sample: the slowest rank's seconds.
   double time_vendor(const std::function<void()>& fn);
   /// @return median seconds of the implementation's samples.
   double impl_median() const;
@@ -44,7 +49,9 @@ class PairedTimer {
   std::vector<double> impl_, vendor_;
 };
 
-/// @brief The median of `values` (0 when empty).
+/// @brief The median of `values`.
+/// @param[in] values the samples (taken by value: they are partially sorted).
+/// @return the median, or 0 when there are none.
 double median(std::vector<double> values);
 
 /// @brief One column of the printed table: a counter name, a header and a printf format.
@@ -56,10 +63,23 @@ struct Column {
 
 /// @brief Chooses the columns rank 0 prints (after the row's name). Call before main runs
 /// the benchmarks, e.g. from a static initializer in the lab's *_bench.cc.
+/// @param[in] columns the columns, in order.
 void set_columns(std::vector<Column> columns);
+
+/// @brief True when the run was started with --dtl_quick (`./dtl bench NN --quick`):
+/// rows should use fewer sizes and iterations, for a summary in seconds.
+/// @return whether quick mode is on.
+bool quick();
+
+/// @brief Registers `fn` to run on every rank once the command line is parsed and
+/// before any benchmark runs: the place to call benchmark::RegisterBenchmark, so
+/// that rows can depend on quick(). Call from a static initializer.
+/// @param[in] fn the registration function.
+void at_start(std::function<void()> fn);
 
 /// @brief Registers `fn` to run on every rank after all benchmarks (e.g. a model fit
 /// over the rows' results). Collective if `fn` is.
+/// @param[in] fn the function to run.
 void at_finish(std::function<void()> fn);
 
 }  // namespace dtl::bench

@@ -20,6 +20,11 @@ std::vector<Column>& columns() {
   static std::vector<Column> c;
   return c;
 }
+bool g_quick = false;
+std::vector<std::function<void()>>& starters() {
+  static std::vector<std::function<void()>> f;
+  return f;
+}
 std::vector<std::function<void()>>& finishers() {
   static std::vector<std::function<void()>> f;
   return f;
@@ -39,7 +44,7 @@ double timed(const std::function<void()>& fn) {
 class TableReporter : public benchmark::BenchmarkReporter {
  public:
   bool ReportContext(const Context&) override {
-    std::printf("%-36s", "# benchmark");
+    std::printf("%-24s", "# benchmark");
     for (const auto& c : columns()) {
       const int width = std::max<int>(static_cast<int>(c.header.size()), 10);
       std::printf(" %*s", width, c.header.c_str());
@@ -50,10 +55,10 @@ class TableReporter : public benchmark::BenchmarkReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const auto& run : runs) {
       if (run.error_occurred) {
-        std::printf("%-36s ERROR: %s\n", run.benchmark_name().c_str(), run.error_message.c_str());
+        std::printf("%-24s ERROR: %s\n", run.run_name.function_name.c_str(), run.error_message.c_str());
         continue;
       }
-      std::printf("%-36s", run.benchmark_name().c_str());
+      std::printf("%-24s", run.run_name.function_name.c_str());
       for (const auto& c : columns()) {
         const int width = std::max<int>(static_cast<int>(c.header.size()), 10);
         auto it = run.counters.find(c.counter);
@@ -105,6 +110,8 @@ double PairedTimer::ratio_median() const {
 }
 
 void set_columns(std::vector<Column> c) { columns() = std::move(c); }
+bool quick() { return g_quick; }
+void at_start(std::function<void()> fn) { starters().push_back(std::move(fn)); }
 void at_finish(std::function<void()> fn) { finishers().push_back(std::move(fn)); }
 
 }  // namespace dtl::bench
@@ -118,10 +125,16 @@ int main(int argc, char** argv) {
     int kept = 1;
     for (int i = 1; i < argc; ++i) {
       if (rank != 0 && std::strncmp(argv[i], "--benchmark_out", 15) == 0) continue;
+      if (std::strcmp(argv[i], "--dtl_quick") == 0) {
+        dtl::bench::g_quick = true;
+        continue;
+      }
       argv[kept++] = argv[i];
     }
     argc = kept;
     benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) MPI_Abort(MPI_COMM_WORLD, 2);
+    for (const auto& fn : dtl::bench::starters()) fn();
     if (rank == 0) {
       std::printf("# %d rank(s); times are the slowest rank's; medians over the row's iterations\n",
                   dtl::bench::comm().size());

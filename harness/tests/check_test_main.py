@@ -45,6 +45,10 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, out, _ = run(2, "Meta.Passes")
     check(rc == 0, "a passing test exits 0", out)
 
+    # --gtest_shuffle: rank 0 picks the seed and every rank runs the same order.
+    rc, out, _ = run(3, "Order.*", "--gtest_shuffle", "--gtest_repeat=4")
+    check(rc == 0, "with --gtest_shuffle every rank runs the tests in the same order", out)
+
     # An exception on every rank is a clean failure, not a crash.
     rc, out, _ = run(2, "Meta.DISABLED_ThrowsOnEveryRank")
     check(rc == 1 and "thrown on purpose" in out, "an exception fails the test cleanly", out)

@@ -4,6 +4,8 @@
 // They are DISABLED_ so that a plain run of this binary passes.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "harness/testing/mpi_test.h"
@@ -13,6 +15,22 @@ namespace {
 using dtl::testing::comm;
 
 TEST(Meta, Passes) { EXPECT_EQ(1 + 1, 2); }
+
+// Every rank must be in the same test at the same time, even with
+// --gtest_shuffle: each test checks that all ranks agree on its name.
+void expect_all_ranks_in(const char* name) {
+  const int id = static_cast<int>(std::hash<std::string>{}(name) % 100000);
+  int low = 0, high = 0;
+  MPI_Allreduce(&id, &low, 1, MPI_INT, MPI_MIN, comm());
+  MPI_Allreduce(&id, &high, 1, MPI_INT, MPI_MAX, comm());
+  EXPECT_EQ(low, high) << "rank " << comm().rank() << " is in " << name << " but another rank is not";
+}
+TEST(Order, A) { expect_all_ranks_in("A"); }
+TEST(Order, B) { expect_all_ranks_in("B"); }
+TEST(Order, C) { expect_all_ranks_in("C"); }
+TEST(Order, D) { expect_all_ranks_in("D"); }
+TEST(Order, E) { expect_all_ranks_in("E"); }
+TEST(Order, F) { expect_all_ranks_in("F"); }
 
 TEST(Meta, DISABLED_FailsOnLastRankOnly) {
   EXPECT_NE(comm().rank(), comm().size() - 1) << "failing on purpose";

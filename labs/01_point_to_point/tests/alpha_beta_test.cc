@@ -101,7 +101,9 @@ std::vector<Sample> measure(const std::vector<std::size_t>& sizes) {
 // Shared-memory timings are noisy, so the measurement is tried up to 3 times.
 TEST(AlphaBeta, FitsMeasuredPingPong) {
   DTL_SKIP_IF_ANY(comm().size() != 2, "measured only with exactly 2 ranks (more would share the cores)");
-  const std::vector<std::size_t> sizes = {8, 64, 512, 4096, 32768, 262144, 1 << 20, 4 << 20};
+  // Sizes stay clear of the eager limit (4 KiB with Open MPI's shared memory),
+  // where the one-way time jumps as MPI switches protocol and no line fits.
+  const std::vector<std::size_t> sizes = {8, 64, 512, 32768, 262144, 1 << 20, 4 << 20};
   std::string last_failure;
   bool sane = false;
   for (int attempt = 0; attempt < 3 && !sane; ++attempt) {
