@@ -1,6 +1,6 @@
 # dtl_add_lab(): everything a lab needs, so that labs/NN_topic/CMakeLists.txt is one call.
 #
-#   dtl_add_lab(RANKS 1 2 3 4 TIMEOUT 120 [LIBS extra targets])
+#   dtl_add_lab(RANKS 1 2 3 4 [HIDDEN_RANKS 5 6] TIMEOUT 120 [LIBS extra targets])
 #
 # From the lab's folder name (NN_topic) it builds, for each flavor F in {student, reference}:
 #   dtl_labNN_F        library from labs/NN_topic/src/*.cc or reference/NN_topic/src/*.cc
@@ -15,9 +15,12 @@ set(DTL_HIDDEN_DIR "${PROJECT_SOURCE_DIR}/grader/hidden" CACHE PATH
     "Where hidden tests live (one folder per lab, NN_topic)")
 
 function(dtl_add_lab)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "RANKS;LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT" "RANKS;HIDDEN_RANKS;LIBS" ${ARGN})
   if(NOT ARG_RANKS)
     set(ARG_RANKS 1 2 3 4)
+  endif()
+  if(NOT ARG_HIDDEN_RANKS)
+    set(ARG_HIDDEN_RANKS ${ARG_RANKS})
   endif()
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
@@ -56,7 +59,11 @@ function(dtl_add_lab)
         add_executable(${exe} ${hidden_src})
       endif()
       target_link_libraries(${exe} PRIVATE ${lib} dtl::gtest_mpi_main)
-      foreach(np IN LISTS ARG_RANKS)
+      set(ranks ${ARG_RANKS})
+      if(kind STREQUAL "hidden")
+        set(ranks ${ARG_HIDDEN_RANKS})
+      endif()
+      foreach(np IN LISTS ranks)
         set(name ${exe}_np${np})
         add_test(NAME ${name}
                  COMMAND ${DTL_MPIEXEC} ${DTL_MPIEXEC_FLAGS} -n ${np} $<TARGET_FILE:${exe}>)

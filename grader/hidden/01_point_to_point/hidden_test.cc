@@ -31,7 +31,9 @@ TEST(HiddenPingPong, DistantPair) {
     const auto message = pattern_bytes(bytes, 42);
     std::vector<std::byte> recv(bytes);
     dtl::lab01::ping_pong(comm(), message, recv, last, 1, 4, 17);
-    if (rank == last || rank == 1) EXPECT_TRUE(buffers_equal(message, recv, "recv_buf"));
+    if (rank == last || rank == 1) {
+      EXPECT_TRUE(buffers_equal(message, recv, "recv_buf"));
+    }
   }
 }
 
