@@ -88,17 +88,19 @@ std::vector<Sample> measure(const std::vector<std::size_t>& sizes) {
       }
       if (i >= 5) times.push_back((MPI_Wtime() - start) / 2);  // 5 warm-up round trips
     }
-    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-    double median = times[times.size() / 2];
-    MPI_Bcast(&median, 1, MPI_DOUBLE, 0, comm());  // rank 0's measurement for everyone
-    samples.push_back({bytes, median});
+    // The fastest round trip: interference (another process on the core, a page
+    // fault) only ever adds time, so the minimum is the steadiest estimate of
+    // the link itself when the machine is busy.
+    double fastest = *std::min_element(times.begin(), times.end());
+    MPI_Bcast(&fastest, 1, MPI_DOUBLE, 0, comm());  // rank 0's measurement for everyone
+    samples.push_back({bytes, fastest});
   }
   return samples;
 }
 
 // The stated tolerance: alpha and beta positive, and every measured size
 // predicted within a factor of 2 (one-way times span more than 1000x here).
-// Shared-memory timings are noisy, so the measurement is tried up to 3 times.
+// Shared-memory timings are noisy, so the measurement is tried up to 5 times.
 TEST(AlphaBeta, FitsMeasuredPingPong) {
   DTL_SKIP_IF_ANY(comm().size() != 2, "measured only with exactly 2 ranks (more would share the cores)");
   // Sizes stay clear of the eager limit (4 KiB with Open MPI's shared memory),
@@ -106,7 +108,7 @@ TEST(AlphaBeta, FitsMeasuredPingPong) {
   const std::vector<std::size_t> sizes = {8, 64, 512, 32768, 262144, 1 << 20, 4 << 20};
   std::string last_failure;
   bool sane = false;
-  for (int attempt = 0; attempt < 3 && !sane; ++attempt) {
+  for (int attempt = 0; attempt < 5 && !sane; ++attempt) {
     const std::vector<Sample> samples = measure(sizes);
     const AlphaBeta fit = fit_alpha_beta(samples);
     std::ostringstream why;
