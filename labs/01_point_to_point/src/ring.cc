@@ -7,9 +7,11 @@
 // receiver; if all of them block in MPI_Send waiting for a receive that comes
 // only after their own send, nobody moves: a cycle of waits, a deadlock.
 //
-// Three standard fixes, any of which passes the tests:
+// Three standard fixes:
 //   1. MPI_Sendrecv: MPI does the send and the receive together;
-//   2. ordering: even ranks send first, odd ranks receive first;
+//   2. ordering: even ranks send first, odd ranks receive first — except that
+//      with one rank, rank 0 sends to itself before posting its receive, which
+//      blocks above about 1 KiB; that case needs one of the other two;
 //   3. nonblocking: MPI_Irecv, MPI_Isend, then MPI_Waitall.
 // The reference uses the first.
 #include <mpi.h>
@@ -35,7 +37,8 @@ void ring_shift(MPI_Comm comm, std::span<const std::byte> send_buf, std::span<st
   // TODO(student): Send to right = (rank + 1) % size and receive from left = (rank - 1 + size) % size
   //   in a way that cannot deadlock above the eager limit: MPI_Sendrecv, even/odd
   //   ordering, or MPI_Irecv + MPI_Isend + MPI_Waitall. Plain MPI_Send then MPI_Recv
-  //   on every rank hangs once messages are larger than a few KiB.
+  //   on every rank hangs once messages are larger than a few KiB (and with one
+  //   rank, a blocking send to yourself before your receive hangs too).
   throw dtl::NotImplemented("ring_shift");
 }
 
