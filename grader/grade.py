@@ -81,8 +81,12 @@ class Lab:
 
     @property
     def src_names(self) -> list[str]:
-        ref = ROOT / "reference" / self.name / "src"
-        return sorted(str(p.relative_to(ref)) for p in ref.rglob("*") if p.is_file())
+        """The gradable file names: those of the reference, or (in a repository
+        exported to students, without reference/) those of the skeleton."""
+        src = ROOT / "reference" / self.name / "src"
+        if not src.is_dir():
+            src = ROOT / "labs" / self.name / "src"
+        return sorted(str(p.relative_to(src)) for p in src.rglob("*") if p.is_file())
 
 
 def find_lab(number: str) -> str:
@@ -109,18 +113,27 @@ def parse_items(data: dict, default_timeout: float, default_binary: str, origin:
     return items
 
 
+def read_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise GraderError(f"{path}: {e}") from e
+
+
 def load_lab(number: str, hidden_dirs: list[Path]) -> Lab:
     name = find_lab(number)
     rubric = ROOT / "grader" / "rubrics" / f"{name[:2]}.toml"
     if not rubric.exists():
         raise GraderError(f"no rubric for lab {name[:2]}: {rubric} is missing")
-    data = tomllib.loads(rubric.read_text())
+    data = read_toml(rubric)
+    if str(data.get("lab", name[:2])) != name[:2]:
+        raise GraderError(f"{rubric}: says lab = {data['lab']!r}, but it is the rubric of lab {name[:2]}")
     timeout = float(data.get("timeout", 10))
     items = parse_items(data, timeout, "test", str(rubric))
     for folder in hidden_dirs:
         hidden_rubric = folder / "rubric.toml"
         if hidden_rubric.exists():
-            items += parse_items(tomllib.loads(hidden_rubric.read_text()), timeout, "hidden", str(hidden_rubric))
+            items += parse_items(read_toml(hidden_rubric), timeout, "hidden", str(hidden_rubric))
     return Lab(number=name[:2], name=name, title=data.get("title", name), items=items,
                needs_cuda=bool(data.get("cuda", False)))
 
@@ -153,7 +166,8 @@ def copy_pristine_tree(lab: Lab, dest: Path, hidden_dirs: list[Path]) -> None:
             shutil.copy2(ROOT / name, dest / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for folder in ("cmake", "harness", f"labs/{lab.name}", f"reference/{lab.name}"):
-        shutil.copytree(ROOT / folder, dest / folder, ignore=ignore)
+        if (ROOT / folder).is_dir():  # reference/ is absent from a student repository
+            shutil.copytree(ROOT / folder, dest / folder, ignore=ignore)
     hidden_dest = dest / "grader" / "hidden" / lab.name
     hidden_dest.mkdir(parents=True)
     for i, folder in enumerate(hidden_dirs):
@@ -264,7 +278,8 @@ def run_capped(cmd: list[str], env: dict, cwd: Path, limit: float,
 def compiler_errors(output: str, limit: int = 6000) -> str:
     """The compiler's error lines with a little context, not the whole build log."""
     lines = output.splitlines()
-    keep = [i for i, line in enumerate(lines) if re.search(r"error|Error|undefined reference", line)]
+    # "error" as a word, but not as a file name: ninja's progress lines name harness/error.cc.
+    keep = [i for i, line in enumerate(lines) if re.search(r"\berror\b(?!\.\w)|Error|undefined reference", line)]
     picked: list[str] = []
     seen = set()
     for i in keep:
@@ -351,7 +366,9 @@ def trace_report(trace_dir: Path, np: int) -> str:
     return "\n".join(lines)
 
 
-def list_tests(binary: Path, patterns: list[str], work: Path) -> list[str]:
+def list_tests(binary: Path, patterns: list[str], work: Path) -> tuple[list[str], str]:
+    """The test names in `binary`, and the listing's output (shown when there are none:
+    a submission can crash the program before main, e.g. in a static initializer)."""
     env = dict(os.environ, **MPI_ENV)
     result = run_capped(["mpirun", "-n", "1", str(binary), "--gtest_list_tests",
                          f"--gtest_filter={':'.join(patterns)}"], env, work, 120)
@@ -363,7 +380,7 @@ def list_tests(binary: Path, patterns: list[str], work: Path) -> list[str]:
             suite = line.strip()
         else:
             names.append(suite + line.strip().split()[0])
-    return names
+    return names, result.output
 
 
 def run_tests(binary: Path, np: int, names: list[str], timeout: float, work: Path,
@@ -447,8 +464,11 @@ def gpu_available() -> bool:
 
 
 def score_item(item: Item, by_run: dict[tuple[str, int], dict[str, TestResult]],
-               names: dict[str, list[str]]) -> tuple[float, str, str]:
+               names: dict[str, list[str]], listing: dict[str, str]) -> tuple[float, str, str]:
     """Returns (score, status, output) for one rubric item: all or nothing."""
+    if not names[item.binary]:
+        return 0.0, "failed", ("the test program did not start (it lists no tests); its output:\n" +
+                               listing[item.binary][-2500:])
     matched = [n for n in names[item.binary] if any(fnmatchcase(n, p) for p in item.tests)]
     if not matched:
         return 0.0, "failed", "no test matches " + ", ".join(item.tests) + " (a grader set-up problem)"
@@ -464,8 +484,19 @@ def score_item(item: Item, by_run: dict[tuple[str, int], dict[str, TestResult]],
         return item.points, "passed", f"passed at {', '.join(map(str, item.ranks))} rank(s)"
     text = "\n\n".join(problems)
     if len(text) > TEST_OUTPUT_CAP:
-        text = text[:TEST_OUTPUT_CAP] + f"\n... ({len(problems)} problems in all; output cut)"
+        suffix = f"\n... ({len(problems)} problems in all; output cut)"
+        text = text[:TEST_OUTPUT_CAP - len(suffix)] + suffix
     return 0.0, "failed", text
+
+
+def test_entry(row: dict) -> dict:
+    """One Gradescope test. An item not gradable here (a GPU item without a GPU) has no
+    status, so Gradescope shows it as neither passed nor failed, with the reason."""
+    entry = {"name": row["name"], "score": row["score"], "max_score": row["max_score"],
+             "output": row["output"], "visibility": row["visibility"]}
+    if row["status"] in ("passed", "failed"):
+        entry["status"] = row["status"]
+    return entry
 
 
 def print_table(lab: Lab, rows: list[dict], total: float, max_total: float, out) -> None:
@@ -548,7 +579,9 @@ def main(argv=None) -> int:
         else:
             print(f"  built in {made.seconds:.0f} s; running tests ...", flush=True)
             exe_dir = work / "build" / "labs" / lab.name
-            names = {kind: list_tests(exe_dir / exe, ["*"], work) for kind, exe in binaries.items()}
+            listed = {kind: list_tests(exe_dir / exe, ["*"], work) for kind, exe in binaries.items()}
+            names = {kind: found for kind, (found, _) in listed.items()}
+            listing = {kind: output for kind, (_, output) in listed.items()}
             plan: dict[tuple[str, int], tuple[set, float]] = {}
             for item in items:
                 if item.gpu and not gpu:
@@ -557,20 +590,21 @@ def main(argv=None) -> int:
                 for np in item.ranks:
                     tests, timeout = plan.get((item.binary, np), (set(), 0.0))
                     plan[(item.binary, np)] = (tests | matched, max(timeout, item.timeout))
-            hung: dict[tuple[str, str], int] = {}  # (binary, test) -> rank count it timed out at
+            hung: dict[tuple[str, str], tuple[int, str]] = {}  # (binary, test) -> (ranks, status)
             for (kind, np), (tests, timeout) in sorted(plan.items()):
-                # A test that hung at fewer ranks is not run again: it fails its item
-                # anyway, and each further hang would cost a full timeout.
+                # A test that hung or flooded at fewer ranks is not run again: it fails
+                # its item anyway, and each further run would cost a full timeout.
                 ordered = [n for n in names[kind] if n in tests and (kind, n) not in hung]
                 t0 = time.monotonic()
                 by_run[(kind, np)] = run_tests(exe_dir / binaries[kind], np, ordered, timeout, work, log)
                 for n, r in by_run[(kind, np)].items():
-                    if r.status == "timeout":
-                        hung.setdefault((kind, n), np)
+                    if r.status in ("timeout", "flood"):
+                        hung.setdefault((kind, n), (np, r.status))
                 for n in tests:
                     if (kind, n) in hung and n not in by_run[(kind, np)]:
-                        by_run[(kind, np)][n] = TestResult(
-                            "timeout", f"not run: it timed out at {hung[(kind, n)]} rank(s)")
+                        at, status = hung[(kind, n)]
+                        what = "timed out" if status == "timeout" else "flooded its output"
+                        by_run[(kind, np)][n] = TestResult(status, f"not run: it {what} at {at} rank(s)")
                 ordered = [n for n in names[kind] if n in tests]
                 bad = sum(r.status != "passed" for r in by_run[(kind, np)].values())
                 print(f"  {kind:<6} at {np} rank(s): {len(ordered) - bad}/{len(ordered)} passed "
@@ -583,7 +617,7 @@ def main(argv=None) -> int:
                                      output=f"not gradable without a GPU: this item's {item.points:g} points "
                                             "are left out of the total, not given as 0 or as full marks"))
                     continue
-                score, status, output = score_item(item, by_run, names)
+                score, status, output = score_item(item, by_run, names, listing)
                 rows.append(dict(name=item.name, ranks=",".join(map(str, item.ranks)), score=score,
                                  max_score=item.points, status=status, visibility=item.visibility,
                                  output=output))
@@ -602,9 +636,7 @@ def main(argv=None) -> int:
                 "score": total, "max_score": max_total, "execution_time": round(elapsed, 1),
                 "output": f"Lab {lab.number} ({lab.title}): {total:g} / {max_total:g}. " + " ".join(notes),
                 "visibility": "visible", "stdout_visibility": "hidden",
-                "tests": [{"name": r["name"], "score": r["score"], "max_score": r["max_score"],
-                           "status": "passed" if r["status"] == "passed" else "failed",
-                           "output": r["output"], "visibility": r["visibility"]} for r in rows],
+                "tests": [test_entry(r) for r in rows],
             }
             Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
             print(f"\nwrote {args.json}")

@@ -1,0 +1,197 @@
+"""Shared helpers of the grader's own tests: fake submissions and grader runs.
+
+  make_submission()  writes a fake submission into a folder: the reference's
+                     src/*.cc with the body of one solution block replaced;
+  grade()            runs `python3 grader/grade.py 01 ... --json FILE` as a
+                     subprocess and returns its exit code, printed output, time
+                     and parsed JSON (a GradeRun); grade_reference() does it once
+                     per process for the plain reference and shares the result;
+  temp_folder()      a test class's temporary folder, removed after its tests;
+  GraderAssertions   checks on a run's JSON (Gradescope's keys and types, items
+                     at full marks or at 0), mixed into the test classes.
+
+Nothing here writes inside the repository: submissions and JSON files go to
+temporary folders that the callers own.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GRADE_PY = ROOT / "grader" / "grade.py"
+LAB = "01"
+LAB_NAME = "01_point_to_point"
+REFERENCE_SRC = ROOT / "reference" / LAB_NAME / "src"
+SKELETON_SRC = ROOT / "labs" / LAB_NAME / "src"
+HIDDEN_EXAMPLE = ROOT / "grader" / "hidden" / LAB_NAME
+
+# The graded functions and the reference file each lives in.
+FUNCTION_FILES = {
+    "ping_pong": "ping_pong.cc",
+    "ring_shift": "ring.cc",
+    "halo_exchange": "halo.cc",
+    "fit_alpha_beta": "alpha_beta.cc",
+}
+
+# Rubric items (grader/rubrics/01.toml and the example hidden rubric), grouped
+# by the function they exercise; matched on the start of the item's name.
+ITEM_PREFIXES = {
+    "ping_pong": ("A. ping-pong",),
+    "ring_shift": ("B. ring",),
+    "halo_exchange": ("C. halo",),
+    "fit_alpha_beta": ("D. alpha-beta",),
+    # The example hidden rubric: one item mixes ring and ping-pong.
+    "hidden_ring_ping_pong": ("Hidden: ring and ping-pong",),
+    "hidden_halo": ("Hidden: halo",),
+}
+
+# Whole-run bound for one grading in a test; a grader that takes longer has hung.
+GRADE_TIMEOUT = 600
+
+REQUIRED_TOP_KEYS = {"score": (int, float), "max_score": (int, float), "execution_time": (int, float),
+                     "tests": list}
+REQUIRED_TEST_KEYS = {"name": str, "score": (int, float), "max_score": (int, float), "status": str,
+                      "output": str, "visibility": str}
+VISIBILITIES = {"visible", "hidden", "after_due_date", "after_published"}
+
+_BLOCK = r"(?P<begin>^[ \t]*// BEGIN SOLUTION\({name}\)[^\n]*\n)(?P<body>.*?)(?P<end>^[ \t]*// END SOLUTION[^\n]*\n)"
+
+
+def replace_solution(text: str, function: str, body: str) -> str:
+    """`text` with the inside of the `// BEGIN SOLUTION(function)` block replaced by
+    `body`; the marker lines stay. Raises ValueError if there is no such block."""
+    pattern = re.compile(_BLOCK.format(name=re.escape(function)), re.S | re.M)
+    if not pattern.search(text):
+        raise ValueError(f"no BEGIN SOLUTION({function}) block")
+    body = body if body.endswith("\n") else body + "\n"
+    return pattern.sub(lambda m: m.group("begin") + body + m.group("end"), text, count=1)
+
+
+def make_submission(dest: Path, function: str | None = None, body: str = "", includes: tuple[str, ...] = (),
+                    source: Path = REFERENCE_SRC) -> Path:
+    """Copies `source`/*.cc (default: the reference) into `dest` (created) and, if
+    `function` is given, replaces its solution body with `body` and adds the
+    `#include` lines in `includes` at the top of its file. Returns `dest`."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in sorted(source.glob("*.cc")):
+        shutil.copyfile(path, dest / path.name)
+    if function is not None:
+        target = dest / FUNCTION_FILES[function]
+        text = replace_solution(target.read_text(), function, body)
+        text = "".join(f"#include {inc}\n" for inc in includes) + text
+        target.write_text(text)
+    return dest
+
+
+def temp_folder(cls) -> Path:
+    """A temporary folder for a test class (call in setUpClass); removed after
+    the class's tests, whatever their outcome."""
+    tmp = tempfile.TemporaryDirectory(prefix="dtl-grader-test-")
+    cls.addClassCleanup(tmp.cleanup)
+    return Path(tmp.name)
+
+
+@dataclass
+class GradeRun:
+    """One run of grade.py: exit code, stdout+stderr, wall time, parsed JSON (or None)."""
+    returncode: int
+    output: str
+    seconds: float
+    json: dict | None
+
+    def items(self, group: str) -> list[dict]:
+        """The JSON tests whose names start with one of ITEM_PREFIXES[group]."""
+        prefixes = ITEM_PREFIXES[group]
+        return [t for t in self.json["tests"] if t["name"].startswith(prefixes)]
+
+    def item(self, name: str) -> dict:
+        found = [t for t in self.json["tests"] if t["name"] == name]
+        if len(found) != 1:
+            raise AssertionError(f"{len(found)} JSON tests named {name!r}")
+        return found[0]
+
+
+def grade(*args: str, timeout: float = GRADE_TIMEOUT) -> GradeRun:
+    """Runs `python3 grader/grade.py 01 *args --json FILE` from the repository root.
+    A grader still running after `timeout` seconds is killed and reported as a
+    test failure (AssertionError), never as a hang of the suite."""
+    with tempfile.TemporaryDirectory(prefix="dtl-grader-test-") as tmp:
+        out = Path(tmp) / "results.json"
+        cmd = [sys.executable, str(GRADE_PY), LAB, *args, "--json", str(out)]
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, errors="replace", timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            raise AssertionError(f"grade.py did not finish within {timeout} s: {' '.join(cmd)}\n"
+                                 f"{(e.output or '')[-3000:] if isinstance(e.output, str) else ''}") from e
+        seconds = time.monotonic() - start
+        data = json.loads(out.read_text()) if out.exists() else None
+    return GradeRun(proc.returncode, proc.stdout, seconds, data)
+
+
+_reference_run: GradeRun | None = None
+
+
+def grade_reference() -> GradeRun:
+    """`grade.py 01 --reference` (example hidden tests included), run once per
+    process and shared by every test that needs the reference's results."""
+    global _reference_run
+    if _reference_run is None:
+        _reference_run = grade("--reference")
+    return _reference_run
+
+
+class GraderAssertions:
+    """Assertions shared by the test classes; mix in before unittest.TestCase."""
+
+    def assertGradescopeJson(self, run: GradeRun) -> None:
+        """The JSON exists and has Gradescope's keys with the right types; the
+        total is the sum of the items."""
+        self.assertIsNotNone(run.json, f"no JSON written; grader output:\n{run.output[-3000:]}")
+        data = run.json
+        for key, types in REQUIRED_TOP_KEYS.items():
+            self.assertIn(key, data)
+            self.assertIsInstance(data[key], types, key)
+            self.assertNotIsInstance(data[key], bool, key)
+        self.assertGreater(len(data["tests"]), 0)
+        for test in data["tests"]:
+            for key, types in REQUIRED_TEST_KEYS.items():
+                self.assertIn(key, test, f"test {test.get('name')!r} lacks {key!r}")
+                self.assertIsInstance(test[key], types, f"{test.get('name')!r}: {key}")
+            self.assertIn(test["status"], {"passed", "failed"}, test["name"])
+            self.assertIn(test["visibility"], VISIBILITIES, test["name"])
+            self.assertGreaterEqual(test["score"], 0)
+            self.assertLessEqual(test["score"], test["max_score"], test["name"])
+        self.assertAlmostEqual(data["score"], sum(t["score"] for t in data["tests"]), places=2)
+        self.assertAlmostEqual(data["max_score"], sum(t["max_score"] for t in data["tests"]), places=2)
+
+    def assertFullMarks(self, tests: list[dict]) -> None:
+        self.assertTrue(tests, "no items to check")
+        for t in tests:
+            self.assertEqual(t["status"], "passed", f"{t['name']}:\n{t['output'][:2000]}")
+            self.assertEqual(t["score"], t["max_score"], t["name"])
+            self.assertGreater(t["max_score"], 0, t["name"])
+
+    def assertZero(self, tests: list[dict]) -> None:
+        self.assertTrue(tests, "no items to check")
+        for t in tests:
+            self.assertEqual(t["status"], "failed", t["name"])
+            self.assertEqual(t["score"], 0, t["name"])
+
+    def assertOnlyGroupsFail(self, run: GradeRun, groups: tuple[str, ...]) -> None:
+        """The items of `groups` (keys of ITEM_PREFIXES) score 0; every other item
+        gets full points, and the total is exactly their points."""
+        failing = [t for g in groups for t in run.items(g)]
+        self.assertZero(failing)
+        rest = [t for t in run.json["tests"] if t not in failing]
+        self.assertFullMarks(rest)
+        self.assertEqual(run.json["score"], sum(t["max_score"] for t in rest))

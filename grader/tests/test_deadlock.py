@@ -1,0 +1,57 @@
+"""A ring that deadlocks (every rank MPI_Send to the right, then MPI_Recv from the
+left): the ring items score 0 with a DEADLOCK report naming the MPI call each rank
+is blocked in, every other item keeps its points, and the whole grading ends
+within DEADLINE seconds (each hang costs one 10 s test timeout, and a test that
+hung is not run again at more ranks)."""
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import helpers  # noqa: E402
+
+DEADLINE = 240  # seconds for the whole grading, build included
+
+DEADLOCKING_RING = """\
+  const int right = (rank + 1) % size;
+  const int left = (rank - 1 + size) % size;
+  DTL_MPI_CHECK(MPI_Send(send_buf.data(), count, MPI_BYTE, right, tag, comm));
+  DTL_MPI_CHECK(MPI_Recv(recv_buf.data(), count, MPI_BYTE, left, tag, comm, MPI_STATUS_IGNORE));
+"""
+
+
+class TestDeadlock(helpers.GraderAssertions, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        sub = helpers.make_submission(helpers.temp_folder(cls) / "sub", "ring_shift", DEADLOCKING_RING)
+        # --no-hidden: the public ring tests deadlock already; skipping the example
+        # hidden tests saves one more timeout of CI time.
+        cls.graded = helpers.grade("--submission", str(sub), "--no-hidden")
+
+    def test_exit_code_zero(self):
+        self.assertEqual(self.graded.returncode, 0, self.graded.output[-3000:])
+
+    def test_ring_items_zero_others_full(self):
+        self.assertGradescopeJson(self.graded)
+        self.assertEqual(self.graded.json["max_score"], 90)
+        self.assertEqual(len(self.graded.items("ring_shift")), 3)
+        # All three ring items fail: at 1 rank even the 1000 B "small" shift blocks,
+        # since a send to self is rendezvous above Open MPI 4.1's btl_self_eager_limit
+        # (1024 B with the header) and the receive comes only after it.
+        self.assertOnlyGroupsFail(self.graded, ("ring_shift",))
+        self.assertEqual(self.graded.json["score"], 55)
+
+    def test_report_names_the_blocked_call(self):
+        for t in self.graded.items("ring_shift"):
+            self.assertIn("DEADLOCK in Ring.", t["output"], t["name"])
+            self.assertIn("every rank is blocked in MPI", t["output"], t["name"])
+            self.assertIn("MPI_Send(dest=", t["output"], t["name"])
+        self.assertIn("DEADLOCK", self.graded.output)
+        self.assertRegex(self.graded.output, r"rank 1: in MPI_Send\(dest=0, tag=\d+, ")
+
+    def test_finishes_within_deadline(self):
+        self.assertLess(self.graded.seconds, DEADLINE)
+
+
+if __name__ == "__main__":
+    unittest.main()
