@@ -394,6 +394,33 @@ int MPI_Testall(int n, MPI_Request requests[], int* flag, MPI_Status statuses[])
   return rc;
 }
 
+int MPI_Testany(int n, MPI_Request requests[], int* index, int* flag, MPI_Status* status) {
+  std::vector<MPI_Request> before(requests, requests + (n > 0 ? n : 0));
+  int rc;
+  {
+    CallScope scope("MPI_Testany", dtl::trace::pending_text("MPI_Testany", n, requests), false);
+    rc = PMPI_Testany(n, requests, index, flag, status);
+  }
+  dtl::trace::forget_completed(n, before.data(), requests);
+  return rc;
+}
+
+int MPI_Testsome(int n, MPI_Request requests[], int* out_count, int indices[], MPI_Status statuses[]) {
+  std::vector<MPI_Request> before(requests, requests + (n > 0 ? n : 0));
+  int rc;
+  {
+    CallScope scope("MPI_Testsome", dtl::trace::pending_text("MPI_Testsome", n, requests), false);
+    rc = PMPI_Testsome(n, requests, out_count, indices, statuses);
+  }
+  dtl::trace::forget_completed(n, before.data(), requests);
+  return rc;
+}
+
+int MPI_Iprobe(int source, int tag, MPI_Comm comm, int* flag, MPI_Status* status) {
+  CallScope scope("MPI_Iprobe", dtl::trace::recv_text("MPI_Iprobe", 0, MPI_BYTE, source, tag), false);
+  return PMPI_Iprobe(source, tag, comm, flag, status);
+}
+
 int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status* status) {
   CallScope scope("MPI_Probe", dtl::trace::recv_text("MPI_Probe", 0, MPI_BYTE, source, tag));
   return PMPI_Probe(source, tag, comm, status);
@@ -546,6 +573,58 @@ int MPI_Ireduce_scatter_block(const void* send_buf, void* recv_buf, int recv_cou
                               MPI_Op op, MPI_Comm comm, MPI_Request* request) {
   DTL_TRACE_COLLECTIVE(MPI_Ireduce_scatter_block, bytes_arg(recv_count, type),
                        PMPI_Ireduce_scatter_block(send_buf, recv_buf, recv_count, type, op, comm, request));
+}
+
+int MPI_Scan(const void* send_buf, void* recv_buf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
+  DTL_TRACE_COLLECTIVE(MPI_Scan, bytes_arg(count, type), PMPI_Scan(send_buf, recv_buf, count, type, op, comm));
+}
+
+int MPI_Exscan(const void* send_buf, void* recv_buf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
+  DTL_TRACE_COLLECTIVE(MPI_Exscan, bytes_arg(count, type), PMPI_Exscan(send_buf, recv_buf, count, type, op, comm));
+}
+
+int MPI_Iscan(const void* send_buf, void* recv_buf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
+              MPI_Request* request) {
+  DTL_TRACE_COLLECTIVE(MPI_Iscan, bytes_arg(count, type),
+                       PMPI_Iscan(send_buf, recv_buf, count, type, op, comm, request));
+}
+
+int MPI_Igatherv(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
+                 const int recv_counts[], const int displs[], MPI_Datatype recv_type, int root, MPI_Comm comm,
+                 MPI_Request* request) {
+  DTL_TRACE_COLLECTIVE(MPI_Igatherv, rooted_arg(send_count, send_type, root),
+                       PMPI_Igatherv(send_buf, send_count, send_type, recv_buf, recv_counts, displs, recv_type,
+                                     root, comm, request));
+}
+
+int MPI_Iscatterv(const void* send_buf, const int send_counts[], const int displs[], MPI_Datatype send_type,
+                  void* recv_buf, int recv_count, MPI_Datatype recv_type, int root, MPI_Comm comm,
+                  MPI_Request* request) {
+  DTL_TRACE_COLLECTIVE(MPI_Iscatterv, rooted_arg(recv_count, recv_type, root),
+                       PMPI_Iscatterv(send_buf, send_counts, displs, send_type, recv_buf, recv_count, recv_type,
+                                      root, comm, request));
+}
+
+int MPI_Iallgatherv(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
+                    const int recv_counts[], const int displs[], MPI_Datatype recv_type, MPI_Comm comm,
+                    MPI_Request* request) {
+  DTL_TRACE_COLLECTIVE(MPI_Iallgatherv, bytes_arg(send_count, send_type),
+                       PMPI_Iallgatherv(send_buf, send_count, send_type, recv_buf, recv_counts, displs,
+                                        recv_type, comm, request));
+}
+
+int MPI_Ialltoallv(const void* send_buf, const int send_counts[], const int send_displs[],
+                   MPI_Datatype send_type, void* recv_buf, const int recv_counts[], const int recv_displs[],
+                   MPI_Datatype recv_type, MPI_Comm comm, MPI_Request* request) {
+  DTL_TRACE_COLLECTIVE(MPI_Ialltoallv, "()",
+                       PMPI_Ialltoallv(send_buf, send_counts, send_displs, send_type, recv_buf, recv_counts,
+                                       recv_displs, recv_type, comm, request));
+}
+
+int MPI_Ireduce_scatter(const void* send_buf, void* recv_buf, const int recv_counts[], MPI_Datatype type,
+                        MPI_Op op, MPI_Comm comm, MPI_Request* request) {
+  DTL_TRACE_COLLECTIVE(MPI_Ireduce_scatter, "()",
+                       PMPI_Ireduce_scatter(send_buf, recv_buf, recv_counts, type, op, comm, request));
 }
 
 int MPI_Ibarrier(MPI_Comm comm, MPI_Request* request) {

@@ -12,6 +12,11 @@
 ///  - shape checks (labs 02 and 03): counts of calls by name and of point-to-point
 ///    messages and bytes sent, so a test can prove a submission called no vendor
 ///    collective and sent exactly the messages its algorithm should.
+///
+/// Covered: blocking and nonblocking point-to-point, waits and tests, probes, and
+/// the blocking and nonblocking collectives. Not yet covered: persistent
+/// requests (MPI_Send_init/MPI_Start), matched probes (MPI_Mprobe), one-sided
+/// (MPI_Put/MPI_Get) and neighbourhood collectives.
 #pragma once
 
 #include <cstdint>
