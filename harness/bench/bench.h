@@ -38,6 +38,14 @@ class PairedTimer {
   /// @param[in] fn the vendor's work for one sample.
   /// @return the sample: the slowest rank's seconds.
   double time_vendor(const std::function<void()>& fn);
+  /// @brief One pair: the implementation and the vendor, each timed as above,
+  /// in alternating order (impl first on even pairs, vendor first on odd ones)
+  /// so that whatever the first call of a pair leaves behind (a warm cache, a
+  /// drained queue) favours neither side.
+  /// @param[in] impl the implementation's work for one sample.
+  /// @param[in] vendor the vendor's work for one sample.
+  /// @return the implementation's sample, seconds.
+  double time_pair(const std::function<void()>& impl, const std::function<void()>& vendor);
   /// @return median seconds of the implementation's samples.
   double impl_median() const;
   /// @return median seconds of the vendor's samples.

@@ -99,6 +99,16 @@ double PairedTimer::time_vendor(const std::function<void()>& fn) {
   vendor_.push_back(timed(fn));
   return vendor_.back();
 }
+double PairedTimer::time_pair(const std::function<void()>& impl, const std::function<void()>& vendor) {
+  if (impl_.size() % 2 == 0) {
+    time_impl(impl);
+    time_vendor(vendor);
+  } else {
+    time_vendor(vendor);
+    time_impl(impl);
+  }
+  return impl_.back();
+}
 double PairedTimer::impl_median() const { return median(impl_); }
 double PairedTimer::vendor_median() const { return median(vendor_); }
 double PairedTimer::ratio_median() const {

@@ -51,10 +51,9 @@ void ping_pong_row(benchmark::State& state, std::size_t bytes, int round_trips) 
   plain_round_trips(plain, round_trips);
   dtl::bench::PairedTimer timer;
   for (auto _ : state) {
-    const double t = timer.time_impl(
-        [&] { dtl::lab01::ping_pong(comm(), send, recv, 0, 1, round_trips, kTag); });
-    timer.time_vendor([&] { plain_round_trips(plain, round_trips); });
-    state.SetIterationTime(t);
+    state.SetIterationTime(timer.time_pair(
+        [&] { dtl::lab01::ping_pong(comm(), send, recv, 0, 1, round_trips, kTag); },
+        [&] { plain_round_trips(plain, round_trips); }));
   }
   const double one_way = timer.impl_median() / (2.0 * round_trips);
   const double plain_one_way = timer.vendor_median() / (2.0 * round_trips);
