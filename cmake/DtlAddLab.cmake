@@ -7,6 +7,8 @@
 #   labNN_F_test       every tests/*_test.cc, with the MPI gtest main and the PMPI tracer
 #   labNN_F_hidden     grader/hidden/NN_topic/*_test.cc when that folder exists
 #   labNN_bench        bench/*_bench.cc against the reference (./dtl bench NN)
+#   labNN_student_bench the same against the student library (./dtl bench NN --student,
+#                      and the grader's performance items)
 # and registers each test binary with ctest once per rank count, named
 # labNN_F_test_npR and labNN_F_hidden_npR (labels: labNN, mpi, F, and hidden
 # for the hidden ones). GPU tests go in tests/*_gpu_test.cc: they form their own
@@ -95,8 +97,16 @@ function(dtl_add_lab)
     endforeach()
   endforeach()
 
-  if(bench_src AND reference_src)
-    add_executable(${lab}_bench ${bench_src})
-    target_link_libraries(${lab}_bench PRIVATE dtl_${lab}_reference dtl::bench_mpi_main)
-  endif()
+  foreach(flavor IN LISTS flavors)
+    if(NOT bench_src)
+      break()
+    endif()
+    set(exe ${lab}_${flavor}_bench)
+    if(flavor STREQUAL "reference")
+      set(exe ${lab}_bench)
+    endif()
+    add_executable(${exe} ${bench_src})
+    target_link_libraries(${exe} PRIVATE dtl_${lab}_${flavor} dtl::bench_mpi_main)
+    target_compile_definitions(${exe} PRIVATE DTL_BENCH_FLAVOR="${flavor}")
+  endforeach()
 endfunction()

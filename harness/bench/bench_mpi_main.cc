@@ -12,12 +12,22 @@
 
 #include "harness/bench/bench.h"
 
+#ifndef DTL_BENCH_FLAVOR
+#define DTL_BENCH_FLAVOR "harness"
+#endif
+
 namespace dtl::bench {
 namespace {
 
 std::optional<Comm> g_comm;
+// The default table: one implementation beside the vendor. Labs with other
+// rows (collectives: algbw, busbw, #wrong) choose their own with set_columns().
 std::vector<Column>& columns() {
-  static std::vector<Column> c;
+  static std::vector<Column> c = {{"bytes", "size (B)", "%10.0f"},
+                                  {"time_us", "time (us)", "%10.2f"},
+                                  {"vendor_us", "vendor (us)", "%11.2f"},
+                                  {"ratio", "time/vendor", "%11.2f"},
+                                  {"GBps", "GB/s", "%8.3f"}};
   return c;
 }
 bool g_quick = false;
@@ -55,7 +65,7 @@ class TableReporter : public benchmark::BenchmarkReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const auto& run : runs) {
       if (run.error_occurred) {
-        std::printf("%-24s ERROR: %s\n", run.run_name.function_name.c_str(), run.error_message.c_str());
+        std::printf("%-24s skipped: %s\n", run.run_name.function_name.c_str(), run.error_message.c_str());
         continue;
       }
       std::printf("%-24s", run.run_name.function_name.c_str());
@@ -146,8 +156,9 @@ int main(int argc, char** argv) {
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) MPI_Abort(MPI_COMM_WORLD, 2);
     for (const auto& fn : dtl::bench::starters()) fn();
     if (rank == 0) {
-      std::printf("# %d rank(s); times are the slowest rank's; medians over the row's iterations\n",
-                  dtl::bench::comm().size());
+      std::printf("# implementation: %s; %d rank(s); times are the slowest rank's; medians over the "
+                  "row's iterations; time/vendor is the median of per-pair ratios\n",
+                  DTL_BENCH_FLAVOR, dtl::bench::comm().size());
       dtl::bench::TableReporter table;
       benchmark::RunSpecifiedBenchmarks(&table);
     } else {
