@@ -72,11 +72,30 @@ class Item:
 
 
 @dataclass
+class PerfItem:
+    """Points for speed: the submission's benchmark row against the reference's,
+    measured as `runs` pairs of runs in alternating order; the score follows the
+    median of the per-pair ratios (full at or below full_at, none at or above
+    zero_at, linear between). Scored only when the items in `requires` passed."""
+    name: str
+    points: float
+    bench: str                 # benchmark row, e.g. "RingShift/4 MiB"
+    counter: str = "time_us"   # the row's counter to compare (lower is better)
+    ranks: int = 2
+    runs: int = 5
+    full_at: float = 1.5
+    zero_at: float = 3.0
+    requires: list[str] = field(default_factory=list)
+    visibility: str = "visible"
+
+
+@dataclass
 class Lab:
     number: str
     name: str                  # e.g. 01_point_to_point
     title: str
     items: list[Item]
+    perf: list[PerfItem] = field(default_factory=list)
     needs_cuda: bool = False
 
     @property
@@ -134,7 +153,18 @@ def load_lab(number: str, hidden_dirs: list[Path]) -> Lab:
         hidden_rubric = folder / "rubric.toml"
         if hidden_rubric.exists():
             items += parse_items(read_toml(hidden_rubric), timeout, "hidden", str(hidden_rubric))
-    return Lab(number=name[:2], name=name, title=data.get("title", name), items=items,
+    perf = []
+    for raw in data.get("perf", []):
+        try:
+            perf.append(PerfItem(**raw))
+        except TypeError as e:
+            raise GraderError(f"{rubric}: bad perf item {raw.get('name', raw)!r}: {e}") from e
+    names = {i.name for i in items}
+    for p in perf:
+        missing = [r for r in p.requires if r not in names]
+        if missing:
+            raise GraderError(f"{rubric}: perf item {p.name!r} requires unknown items {missing}")
+    return Lab(number=name[:2], name=name, title=data.get("title", name), items=items, perf=perf,
                needs_cuda=bool(data.get("cuda", False)))
 
 
@@ -455,6 +485,57 @@ def run_tests(binary: Path, np: int, names: list[str], timeout: float, work: Pat
 # Scoring and reporting
 # ---------------------------------------------------------------------------
 
+# ---------------------------------------------------------------------------
+# Performance items: the submission's benchmark beside the reference's
+# ---------------------------------------------------------------------------
+
+def bench_value(binary: Path, item: PerfItem, work: Path, log) -> tuple[float | None, str]:
+    """One run of one benchmark row; returns (the counter's value, or None, and why not)."""
+    out = Path(tempfile.mkstemp(prefix="bench-", suffix=".json", dir=work)[1])
+    env = dict(os.environ, **MPI_ENV)
+    row = re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", item.bench)  # POSIX regex: no "\ " escapes
+    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", str(item.ranks), str(binary),
+           f"--benchmark_filter=^{row}(/|$)", f"--benchmark_out={out}", "--benchmark_out_format=json"]
+    run = run_capped(cmd, env, work, 120)
+    log(run.output)
+    try:
+        rows = json.loads(out.read_text()).get("benchmarks", [])
+    except (OSError, json.JSONDecodeError):
+        rows = []
+    out.unlink(missing_ok=True)
+    for r in rows:
+        if r.get("error_occurred"):
+            return None, f"{item.bench}: {r.get('error_message', 'error')}"
+        if item.counter in r:
+            return float(r[item.counter]), ""
+    why = "timed out" if run.timed_out else f"exit code {run.returncode}"
+    return None, f"{item.bench}: no result ({why}); the end of the output:\n{run.output[-1500:]}"
+
+
+def score_perf(item: PerfItem, student: Path, reference: Path, work: Path, log) -> tuple[float, str, str]:
+    ratios, lines = [], []
+    for i in range(item.runs):
+        order = [("submission", student), ("reference", reference)]
+        if i % 2:
+            order.reverse()
+        got = {}
+        for who, binary in order:
+            value, why = bench_value(binary, item, work, log)
+            if value is None:
+                return 0.0, "failed", f"the {who}'s benchmark did not give a time: {why}"
+            got[who] = value
+        ratios.append(got["submission"] / got["reference"] if got["reference"] > 0 else float("inf"))
+        lines.append(f"  pair {i + 1}: submission {got['submission']:.2f}, reference {got['reference']:.2f} "
+                     f"({item.counter}), ratio {ratios[-1]:.2f}")
+    ratio = sorted(ratios)[len(ratios) // 2]
+    share = min(1.0, max(0.0, (item.zero_at - ratio) / (item.zero_at - item.full_at)))
+    score = round(item.points * share, 2)
+    summary = (f"{item.bench}: submission/reference = {ratio:.2f} (median of {item.runs} paired runs at "
+               f"{item.ranks} ranks; full points at <= {item.full_at:g}, none at >= {item.zero_at:g})\n"
+               + "\n".join(lines))
+    return score, "passed" if share == 1.0 else "failed", summary
+
+
 def gpu_available() -> bool:
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
@@ -563,17 +644,24 @@ def main(argv=None) -> int:
         if has_hidden:
             binaries["hidden"] = f"lab{lab.number}_student_hidden"
         items = [i for i in lab.items if i.binary in binaries]
+        # Performance items need the reference's benchmark beside the submission's:
+        # not gradable in a repository without reference/ (a student's export).
+        has_reference = (tree / "reference" / lab.name / "src").is_dir()
+        targets = list(binaries.values())
+        if lab.perf and has_reference:
+            targets += [f"lab{lab.number}_student_bench", f"lab{lab.number}_bench"]
 
         print("  building ...", flush=True)
-        made = build(lab, tree, work / "build", list(binaries.values()))
+        made = build(lab, tree, work / "build", targets)
         rows, by_run = [], {}
         gpu = gpu_available()
         if made.returncode != 0:
             why = "the build timed out" if made.timed_out else "the submission does not compile"
             errors = compiler_errors(made.output)
             print(f"  {why}; every item scores 0. The compiler said:\n{errors}")
-            for item in items:
-                rows.append(dict(name=item.name, ranks=",".join(map(str, item.ranks)), score=0.0,
+            for item in items + lab.perf:
+                ranks = ",".join(map(str, item.ranks)) if isinstance(item, Item) else str(item.ranks)
+                rows.append(dict(name=item.name, ranks=ranks, score=0.0,
                                  max_score=item.points, status="failed", visibility=item.visibility,
                                  output=f"{why}:\n{errors}"[:TEST_OUTPUT_CAP]))
         else:
@@ -621,6 +709,26 @@ def main(argv=None) -> int:
                 rows.append(dict(name=item.name, ranks=",".join(map(str, item.ranks)), score=score,
                                  max_score=item.points, status=status, visibility=item.visibility,
                                  output=output))
+            passed = {r["name"] for r in rows if r["status"] == "passed"}
+            for item in lab.perf:
+                row = dict(name=item.name, ranks=str(item.ranks), max_score=item.points,
+                           visibility=item.visibility)
+                missing = [r for r in item.requires if r not in passed]
+                if not has_reference:
+                    row.update(score=0.0, max_score=0.0, status="not gradable without the reference",
+                               output="performance points compare with reference/, which this "
+                                      "repository does not have; they are left out of the total")
+                elif missing:
+                    row.update(score=0.0, status="failed",
+                               output="speed counts only for a correct solution; first pass: " + "; ".join(missing))
+                else:
+                    t0 = time.monotonic()
+                    score, status, output = score_perf(item, exe_dir / f"lab{lab.number}_student_bench",
+                                                       exe_dir / f"lab{lab.number}_bench", work, log)
+                    row.update(score=score, status=status, output=output)
+                    print(f"  perf   {item.bench} at {item.ranks} rank(s): {score:g}/{item.points:g} "
+                          f"({time.monotonic() - t0:.1f} s)", flush=True)
+                rows.append(row)
         total = round(sum(r["score"] for r in rows), 2)
         max_total = round(sum(r["max_score"] for r in rows), 2)
         print_table(lab, rows, total, max_total, sys.stdout)

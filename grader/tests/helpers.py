@@ -48,6 +48,8 @@ ITEM_PREFIXES = {
     "ring_shift": ("B. ring",),
     "halo_exchange": ("C. halo",),
     "fit_alpha_beta": ("D. alpha-beta",),
+    # [[perf]] items: speed against the reference, scored once the ring is correct.
+    "perf": ("Speed:",),
     # The example hidden rubric: one item mixes ring and ping-pong.
     "hidden_ring_ping_pong": ("Hidden: ring and ping-pong",),
     "hidden_halo": ("Hidden: halo",),

@@ -14,7 +14,8 @@ def rubric_points() -> dict[str, float]:
     """Item name -> points, from grader/rubrics/01.toml and the example hidden rubric."""
     points = {}
     for path in (helpers.ROOT / "grader" / "rubrics" / "01.toml", helpers.HIDDEN_EXAMPLE / "rubric.toml"):
-        for item in tomllib.loads(path.read_text())["item"]:
+        data = tomllib.loads(path.read_text())
+        for item in data["item"] + data.get("perf", []):
             points[item["name"]] = float(item["points"])
     return points
 
@@ -32,10 +33,14 @@ class TestReference(helpers.GraderAssertions, unittest.TestCase):
         self.assertEqual(self.graded.json["max_score"], 100)
 
     def test_every_item_passed(self):
-        self.assertEqual(len(self.graded.json["tests"]), 11)  # 9 rubric items + 2 example hidden items
+        # 9 rubric items + 1 speed item + 2 example hidden items
+        self.assertEqual(len(self.graded.json["tests"]), 12)
         self.assertFullMarks(self.graded.json["tests"])
         for t in self.graded.json["tests"]:
-            self.assertTrue(t["output"].startswith("passed at "), t["output"])
+            if t["name"].startswith("Speed:"):
+                self.assertRegex(t["output"], r"submission/reference = \d+\.\d\d \(median of 5 paired runs")
+            else:
+                self.assertTrue(t["output"].startswith("passed at "), t["output"])
 
     def test_json_keys_and_types(self):
         self.assertGradescopeJson(self.graded)
