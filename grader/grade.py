@@ -590,39 +590,11 @@ def print_table(lab: Lab, rows: list[dict], total: float, max_total: float, out)
     print(f"{'TOTAL':<{width}}  {'':<10} {f'{total:g} / {max_total:g}':>11}", file=out)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="./dtl grade", description="Grade a lab: build the submission in a pristine tree, run the tests "
-                                        "under MPI with timeouts, score the rubric, write Gradescope JSON.")
-    parser.add_argument("lab", help="lab number, e.g. 01")
-    which = parser.add_mutually_exclusive_group()
-    which.add_argument("--submission", metavar="DIR",
-                       help="a folder with the lab's src files, or a checkout of the repository "
-                            "(default: your own labs/NN_topic/src)")
-    which.add_argument("--reference", action="store_true", help="grade the reference solution")
-    which.add_argument("--skeleton", action="store_true", help="grade the untouched student skeleton")
-    parser.add_argument("--json", metavar="FILE", help="write Gradescope results.json here")
-    parser.add_argument("--hidden", metavar="DIR", action="append", default=[],
-                        help="more hidden tests: a folder of *_test.cc files and a rubric.toml (repeatable)")
-    parser.add_argument("--no-hidden", action="store_true", help="skip the example hidden tests in grader/hidden")
-    parser.add_argument("--keep", action="store_true", help="keep the pristine build folder and print its path")
-    parser.add_argument("--verbose", action="store_true", help="print every test run's output")
-    args = parser.parse_args(argv)
-
+def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path], args) -> dict:
+    """Grades one submission (the lab's src files in `source`); prints the table and
+    returns Gradescope's results as a dict. A submission can only lower its score:
+    whatever it does, this returns."""
     started = time.monotonic()
-    try:
-        lab_name = find_lab(args.lab)
-        hidden_dirs = [] if args.no_hidden else [ROOT / "grader" / "hidden" / lab_name]
-        hidden_dirs = [d for d in hidden_dirs if d.is_dir()] + [Path(h).resolve() for h in args.hidden]
-        for d in hidden_dirs:
-            if not d.is_dir():
-                raise GraderError(f"--hidden {d}: not a folder")
-        lab = load_lab(args.lab, hidden_dirs)
-        source, description = submission_sources(lab, args)
-    except GraderError as e:
-        print(f"grade: {e}", file=sys.stderr)
-        return 2
-
     print(f"Grading lab {lab.number} ({lab.name}): {description}", flush=True)
     work = Path(tempfile.mkdtemp(prefix=f"dtl-grade-{lab.number}-"))
     log_lines: list[str] = []
@@ -739,23 +711,85 @@ def main(argv=None) -> int:
                 first = r["output"].split("\n\n")[0]
                 print(f"--- {r['name']}\n{first[:1500]}")
         elapsed = time.monotonic() - started
-        if args.json:
-            results = {
-                "score": total, "max_score": max_total, "execution_time": round(elapsed, 1),
-                "output": f"Lab {lab.number} ({lab.title}): {total:g} / {max_total:g}. " + " ".join(notes),
-                "visibility": "visible", "stdout_visibility": "hidden",
-                "tests": [test_entry(r) for r in rows],
-            }
-            Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
-            print(f"\nwrote {args.json}")
-        print(f"graded in {elapsed:.0f} s")
-        return 0
+        print(f"graded in {elapsed:.0f} s", flush=True)
+        return {
+            "score": total, "max_score": max_total, "execution_time": round(elapsed, 1),
+            "output": f"Lab {lab.number} ({lab.title}): {total:g} / {max_total:g}. " + " ".join(notes),
+            "visibility": "visible", "stdout_visibility": "hidden",
+            "tests": [test_entry(r) for r in rows],
+        }
     finally:
         if args.keep:
             (work / "run.log").write_text("\n".join(log_lines))
             print(f"kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def grade_batch(lab: Lab, folder: Path, out: Path, hidden_dirs: list[Path], args) -> int:
+    """Grades every sub-folder of `folder` (a submission each, named by the folder),
+    one after the other; writes out/NAME.json and out/summary.csv."""
+    if not folder.is_dir():
+        raise GraderError(f"--batch {folder}: not a folder")
+    submissions = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not submissions:
+        raise GraderError(f"--batch {folder}: no sub-folders (one per submission) in it")
+    out.mkdir(parents=True, exist_ok=True)
+    summary = ["submission,score,max_score,seconds"]
+    for sub in submissions:
+        args.submission = str(sub)
+        source, description = submission_sources(lab, args)
+        results = grade_one(lab, source, description, hidden_dirs, args)
+        (out / f"{sub.name}.json").write_text(json.dumps(results, indent=2) + "\n")
+        summary.append(f"{sub.name},{results['score']:g},{results['max_score']:g},{results['execution_time']:g}")
+    (out / "summary.csv").write_text("\n".join(summary) + "\n")
+    print(f"\ngraded {len(submissions)} submissions; results in {out}/ (summary.csv, NAME.json)")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="./dtl grade", description="Grade a lab: build the submission in a pristine tree, run the tests "
+                                        "under MPI with timeouts, score the rubric, write Gradescope JSON.")
+    parser.add_argument("lab", help="lab number, e.g. 01")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--submission", metavar="DIR",
+                       help="a folder with the lab's src files, or a checkout of the repository "
+                            "(default: your own labs/NN_topic/src)")
+    which.add_argument("--reference", action="store_true", help="grade the reference solution")
+    which.add_argument("--skeleton", action="store_true", help="grade the untouched student skeleton")
+    which.add_argument("--batch", metavar="DIR",
+                       help="grade every folder in DIR as one submission (instructors); writes "
+                            "OUT/NAME.json and OUT/summary.csv, OUT given by --out")
+    parser.add_argument("--json", metavar="FILE", help="write Gradescope results.json here")
+    parser.add_argument("--out", metavar="DIR", default="grades", help="with --batch: where results go "
+                                                                      "(default: ./grades)")
+    parser.add_argument("--hidden", metavar="DIR", action="append", default=[],
+                        help="more hidden tests: a folder of *_test.cc files and a rubric.toml (repeatable)")
+    parser.add_argument("--no-hidden", action="store_true", help="skip the example hidden tests in grader/hidden")
+    parser.add_argument("--keep", action="store_true", help="keep the pristine build folder and print its path")
+    parser.add_argument("--verbose", action="store_true", help="print every test run's output")
+    args = parser.parse_args(argv)
+
+    try:
+        lab_name = find_lab(args.lab)
+        hidden_dirs = [] if args.no_hidden else [ROOT / "grader" / "hidden" / lab_name]
+        hidden_dirs = [d for d in hidden_dirs if d.is_dir()] + [Path(h).resolve() for h in args.hidden]
+        for d in hidden_dirs:
+            if not d.is_dir():
+                raise GraderError(f"--hidden {d}: not a folder")
+        lab = load_lab(args.lab, hidden_dirs)
+        if args.batch:
+            return grade_batch(lab, Path(args.batch), Path(args.out), hidden_dirs, args)
+        source, description = submission_sources(lab, args)
+    except GraderError as e:
+        print(f"grade: {e}", file=sys.stderr)
+        return 2
+    results = grade_one(lab, source, description, hidden_dirs, args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
 
 
 if __name__ == "__main__":
