@@ -321,6 +321,39 @@ def compiler_errors(output: str, limit: int = 6000) -> str:
     return text[:limit]
 
 
+SYSTEM_PREFIXES = ("/usr/", "/opt/")  # compiler, MPI, GTest, CUDA; /opt/deps on the GPU host
+
+
+def foreign_includes(lab: Lab, tree: Path, build_dir: Path) -> list[str]:
+    """Files the submission's sources pulled in that a submission may not use.
+
+    Only the copy step decides which *files* are the student's, but an #include
+    can reach any file the compiler can open: the reference's solution in the
+    pristine tree or in this repository, hidden tests, another student's folder.
+    The compiler's own dependency lists (ninja -t deps) say what every object of
+    the student library really read; anything outside the lab's src/ and
+    include/, the harness and the system folders is refused."""
+    # ninja's own output (not the submission's), read whole: run_capped would cut it.
+    deps = subprocess.run(["ninja", "-C", str(build_dir), "-t", "deps"], capture_output=True, text=True,
+                          errors="replace", timeout=120).stdout
+    allowed = [tree / "harness", tree / "labs" / lab.name / "include", tree / "labs" / lab.name / "src"]
+    student_obj = f"CMakeFiles/dtl_lab{lab.number}_student.dir/"
+    foreign, checking = [], False
+    for line in deps.splitlines():
+        if not line.startswith((" ", "\t")):
+            checking = student_obj in line
+            continue
+        path = line.strip()
+        if not checking or not path:
+            continue
+        real = Path(os.path.realpath(path if os.path.isabs(path) else build_dir / path))
+        inside = any(real.is_relative_to(a.resolve()) for a in allowed)
+        system = str(real).startswith(SYSTEM_PREFIXES) and not real.is_relative_to(ROOT)
+        if not inside and not system and str(real) not in foreign:
+            foreign.append(str(real))
+    return foreign
+
+
 def build(lab: Lab, tree: Path, build_dir: Path, binaries: list[str]) -> RunResult:
     env = dict(os.environ, CCACHE_BASEDIR=str(tree), CCACHE_NOHASHDIR="true")
     cuda = "ON" if lab.needs_cuda else "OFF"
@@ -627,10 +660,16 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
         made = build(lab, tree, work / "build", targets)
         rows, by_run = [], {}
         gpu = gpu_available()
-        if made.returncode != 0:
-            why = "the build timed out" if made.timed_out else "the submission does not compile"
-            errors = compiler_errors(made.output)
-            print(f"  {why}; every item scores 0. The compiler said:\n{errors}")
+        foreign = foreign_includes(lab, tree, work / "build") if made.returncode == 0 else []
+        if made.returncode != 0 or foreign:
+            if foreign:
+                why = "the submission includes files it may not use"
+                errors = ("only the lab's src/ and include/, harness/ and system headers may be "
+                          "included; these are not:\n  " + "\n  ".join(foreign[:10]))
+            else:
+                why = "the build timed out" if made.timed_out else "the submission does not compile"
+                errors = compiler_errors(made.output)
+            print(f"  {why}; every item scores 0. {'The compiler said' if not foreign else 'Details'}:\n{errors}")
             for item in items + lab.perf:
                 ranks = ",".join(map(str, item.ranks)) if isinstance(item, Item) else str(item.ranks)
                 rows.append(dict(name=item.name, ranks=ranks, score=0.0,
