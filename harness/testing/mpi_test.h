@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "harness/comm/mpi.h"
+#include "harness/error.h"
 
 namespace dtl::testing {
 
@@ -108,6 +109,49 @@ template <typename A, typename B>
 ::testing::AssertionResult buffers_equal(const A& expected, const B& actual, const std::string& what) {
   using T = std::remove_cv_t<typename A::value_type>;
   return buffers_equal<T>(std::span<const T>(expected), std::span<const T>(actual), what);
+}
+
+/// @brief Checks that a message the test sent before calling the code under
+/// test is still waiting, untouched, and receives it.
+///
+/// The tag tests send decoys (another tag, or the same tag from another rank)
+/// before the call; code that receives with MPI_ANY_TAG, MPI_ANY_SOURCE or a
+/// wrong tag swallows one. This polls MPI_Iprobe for up to `seconds` instead of
+/// blocking in MPI_Recv, so a swallowed decoy is a clear failure, not a hang.
+/// @param[in] source the rank that sent it.
+/// @param[in] tag its tag.
+/// @param[in] expected its contents.
+/// @param[in] what its name in the message.
+/// @param[in] seconds how long to wait for it to show up.
+/// @return success, or a failure saying the message was taken by the code under test.
+template <typename T>
+::testing::AssertionResult pending_message(int source, int tag, std::span<const T> expected,
+                                           const std::string& what, double seconds = 2.0) {
+  const double deadline = MPI_Wtime() + seconds;
+  int found = 0;
+  MPI_Status status;
+  while (!found && MPI_Wtime() < deadline) {
+    DTL_MPI_CHECK(MPI_Iprobe(source, tag, comm(), &found, &status));
+  }
+  if (!found) {
+    return ::testing::AssertionFailure()
+           << "rank " << comm().rank() << ": " << what << " (from rank " << source << ", tag " << tag
+           << ") was not waiting after the call: the code under test received it. Receive with the "
+              "peer's rank and the given tag, never MPI_ANY_SOURCE or MPI_ANY_TAG.";
+  }
+  std::vector<T> got(expected.size());
+  DTL_MPI_CHECK(MPI_Recv(got.data(), static_cast<int>(got.size() * sizeof(T)), MPI_BYTE, source, tag,
+                         comm(), MPI_STATUS_IGNORE));
+  return buffers_equal<T>(expected, std::span<const T>(got), what);
+}
+
+/// @brief Overload for containers.
+/// @param[in] source,tag,expected,what as above.
+/// @return as above.
+template <typename C>
+::testing::AssertionResult pending_message(int source, int tag, const C& expected, const std::string& what) {
+  using T = std::remove_cv_t<typename C::value_type>;
+  return pending_message<T>(source, tag, std::span<const T>(expected), what);
 }
 
 }  // namespace dtl::testing

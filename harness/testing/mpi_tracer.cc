@@ -110,12 +110,20 @@ class CallScope {
   CallScope& operator=(const CallScope&) = delete;
 };
 
-void count_send(int count, MPI_Datatype type, int dest) {
+void count_send(int count, MPI_Datatype type, int dest, int tag) {
   if (dest == MPI_PROC_NULL) return;
   Tracer& t = tracer();
   std::lock_guard lock(t.mutex);
   ++t.counts.messages_sent;
+  ++t.counts.sends_by_tag[tag];
   t.counts.bytes_sent += static_cast<std::int64_t>(payload(count, type));
+}
+
+void count_receive(int source, int tag) {
+  Tracer& t = tracer();
+  std::lock_guard lock(t.mutex);
+  if (source == MPI_ANY_SOURCE) ++t.counts.any_source_receives;
+  if (tag == MPI_ANY_TAG) ++t.counts.any_tag_receives;
 }
 
 void remember_request(MPI_Request request, std::string text) {
@@ -240,31 +248,32 @@ using dtl::trace::CallScope;
 extern "C" {
 
 int MPI_Send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
-  dtl::trace::count_send(count, type, dest);
+  dtl::trace::count_send(count, type, dest, tag);
   CallScope scope("MPI_Send", dtl::trace::send_text("MPI_Send", count, type, dest, tag));
   return PMPI_Send(buf, count, type, dest, tag, comm);
 }
 
 int MPI_Ssend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
-  dtl::trace::count_send(count, type, dest);
+  dtl::trace::count_send(count, type, dest, tag);
   CallScope scope("MPI_Ssend", dtl::trace::send_text("MPI_Ssend", count, type, dest, tag));
   return PMPI_Ssend(buf, count, type, dest, tag, comm);
 }
 
 int MPI_Bsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
-  dtl::trace::count_send(count, type, dest);
+  dtl::trace::count_send(count, type, dest, tag);
   CallScope scope("MPI_Bsend", dtl::trace::send_text("MPI_Bsend", count, type, dest, tag));
   return PMPI_Bsend(buf, count, type, dest, tag, comm);
 }
 
 int MPI_Rsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
-  dtl::trace::count_send(count, type, dest);
+  dtl::trace::count_send(count, type, dest, tag);
   CallScope scope("MPI_Rsend", dtl::trace::send_text("MPI_Rsend", count, type, dest, tag));
   return PMPI_Rsend(buf, count, type, dest, tag, comm);
 }
 
 int MPI_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
              MPI_Status* status) {
+  dtl::trace::count_receive(source, tag);
   CallScope scope("MPI_Recv", dtl::trace::recv_text("MPI_Recv", count, type, source, tag));
   return PMPI_Recv(buf, count, type, source, tag, comm, status);
 }
@@ -272,7 +281,8 @@ int MPI_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_C
 int MPI_Sendrecv(const void* send_buf, int send_count, MPI_Datatype send_type, int dest,
                  int send_tag, void* recv_buf, int recv_count, MPI_Datatype recv_type,
                  int source, int recv_tag, MPI_Comm comm, MPI_Status* status) {
-  dtl::trace::count_send(send_count, send_type, dest);
+  dtl::trace::count_send(send_count, send_type, dest, send_tag);
+  dtl::trace::count_receive(source, recv_tag);
   CallScope scope("MPI_Sendrecv",
                   dtl::trace::send_text("MPI_Sendrecv", send_count, send_type, dest, send_tag) +
                       " + " + dtl::trace::recv_text("recv", recv_count, recv_type, source, recv_tag));
@@ -282,7 +292,8 @@ int MPI_Sendrecv(const void* send_buf, int send_count, MPI_Datatype send_type, i
 
 int MPI_Sendrecv_replace(void* buf, int count, MPI_Datatype type, int dest, int send_tag,
                          int source, int recv_tag, MPI_Comm comm, MPI_Status* status) {
-  dtl::trace::count_send(count, type, dest);
+  dtl::trace::count_send(count, type, dest, send_tag);
+  dtl::trace::count_receive(source, recv_tag);
   CallScope scope("MPI_Sendrecv_replace",
                   dtl::trace::send_text("MPI_Sendrecv_replace", count, type, dest, send_tag) +
                       " + " + dtl::trace::recv_text("recv", count, type, source, recv_tag));
@@ -291,7 +302,7 @@ int MPI_Sendrecv_replace(void* buf, int count, MPI_Datatype type, int dest, int 
 
 int MPI_Isend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
               MPI_Request* request) {
-  dtl::trace::count_send(count, type, dest);
+  dtl::trace::count_send(count, type, dest, tag);
   const int rc = [&] {
     CallScope scope("MPI_Isend", dtl::trace::send_text("MPI_Isend", count, type, dest, tag), false);
     return PMPI_Isend(buf, count, type, dest, tag, comm, request);
@@ -304,7 +315,7 @@ int MPI_Isend(const void* buf, int count, MPI_Datatype type, int dest, int tag, 
 
 int MPI_Issend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                MPI_Request* request) {
-  dtl::trace::count_send(count, type, dest);
+  dtl::trace::count_send(count, type, dest, tag);
   const int rc = [&] {
     CallScope scope("MPI_Issend", dtl::trace::send_text("MPI_Issend", count, type, dest, tag), false);
     return PMPI_Issend(buf, count, type, dest, tag, comm, request);
@@ -317,6 +328,7 @@ int MPI_Issend(const void* buf, int count, MPI_Datatype type, int dest, int tag,
 
 int MPI_Irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
               MPI_Request* request) {
+  dtl::trace::count_receive(source, tag);
   const int rc = [&] {
     CallScope scope("MPI_Irecv", dtl::trace::recv_text("MPI_Irecv", count, type, source, tag), false);
     return PMPI_Irecv(buf, count, type, source, tag, comm, request);
@@ -417,11 +429,13 @@ int MPI_Testsome(int n, MPI_Request requests[], int* out_count, int indices[], M
 }
 
 int MPI_Iprobe(int source, int tag, MPI_Comm comm, int* flag, MPI_Status* status) {
+  dtl::trace::count_receive(source, tag);
   CallScope scope("MPI_Iprobe", dtl::trace::recv_text("MPI_Iprobe", 0, MPI_BYTE, source, tag), false);
   return PMPI_Iprobe(source, tag, comm, flag, status);
 }
 
 int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status* status) {
+  dtl::trace::count_receive(source, tag);
   CallScope scope("MPI_Probe", dtl::trace::recv_text("MPI_Probe", 0, MPI_BYTE, source, tag));
   return PMPI_Probe(source, tag, comm, status);
 }

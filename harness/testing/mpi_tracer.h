@@ -30,6 +30,9 @@ struct Counts {
   std::map<std::string, std::int64_t> calls;  ///< MPI function name -> number of calls
   std::int64_t messages_sent = 0;             ///< point-to-point sends started
   std::int64_t bytes_sent = 0;                ///< payload bytes of those sends
+  std::map<int, std::int64_t> sends_by_tag;   ///< tag -> point-to-point sends started with it
+  std::int64_t any_source_receives = 0;       ///< receives and probes with MPI_ANY_SOURCE
+  std::int64_t any_tag_receives = 0;          ///< receives and probes with MPI_ANY_TAG
   /// @param[in] name an MPI function, e.g. "MPI_Bcast".
   /// @return how many times it was called.
   std::int64_t count(const std::string& name) const;

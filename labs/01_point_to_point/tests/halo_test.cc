@@ -62,6 +62,10 @@ void check_exchange(const Grid& grid, std::size_t halo, bool periodic, int tag) 
     EXPECT_GE(counts.count("MPI_Isend"), 1) << "rank " << rank << ": send with MPI_Isend";
     EXPECT_EQ(counts.count("MPI_Send") + counts.count("MPI_Recv") + counts.count("MPI_Sendrecv"), 0)
         << "rank " << rank << ": the halo exchange must use nonblocking calls only";
+    EXPECT_EQ(counts.sends_by_tag.size(), 1u) << "rank " << rank << ": every message must carry the tag";
+    EXPECT_EQ(counts.sends_by_tag.count(tag), 1u) << "rank " << rank << ": every message must carry tag " << tag;
+    EXPECT_EQ(counts.any_source_receives + counts.any_tag_receives, 0)
+        << "rank " << rank << ": receive from each neighbour with the tag, not MPI_ANY_SOURCE/MPI_ANY_TAG";
   }
 }
 
@@ -96,15 +100,13 @@ TEST(Halo, KeepsTagsApart) {
   const int size = comm().size();
   const std::vector<double> decoy(8, 1000.0 + rank);
   MPI_Request requests[2];
-  MPI_Isend(decoy.data(), 8, MPI_DOUBLE, (rank + 1) % size, 6, comm(), &requests[0]);
-  MPI_Isend(decoy.data(), 8, MPI_DOUBLE, (rank - 1 + size) % size, 8, comm(), &requests[1]);
+  DTL_MPI_CHECK(MPI_Isend(decoy.data(), 8, MPI_DOUBLE, (rank + 1) % size, 6, comm(), &requests[0]));
+  DTL_MPI_CHECK(MPI_Isend(decoy.data(), 8, MPI_DOUBLE, (rank - 1 + size) % size, 8, comm(), &requests[1]));
   check_exchange(even_grid(8), 2, true, 7);
-  std::vector<double> got(8);
-  MPI_Recv(got.data(), 8, MPI_DOUBLE, (rank - 1 + size) % size, 6, comm(), MPI_STATUS_IGNORE);
-  EXPECT_TRUE(buffers_equal(std::vector<double>(8, 1000.0 + (rank - 1 + size) % size), got, "tag 6 message"));
-  MPI_Recv(got.data(), 8, MPI_DOUBLE, (rank + 1) % size, 8, comm(), MPI_STATUS_IGNORE);
-  EXPECT_TRUE(buffers_equal(std::vector<double>(8, 1000.0 + (rank + 1) % size), got, "tag 8 message"));
-  MPI_Waitall(2, requests, MPI_STATUSES_IGNORE);
+  const int left = (rank - 1 + size) % size, right = (rank + 1) % size;
+  EXPECT_TRUE(dtl::testing::pending_message(left, 6, std::vector<double>(8, 1000.0 + left), "the tag 6 message"));
+  EXPECT_TRUE(dtl::testing::pending_message(right, 8, std::vector<double>(8, 1000.0 + right), "the tag 8 message"));
+  DTL_MPI_CHECK(MPI_Waitall(2, requests, MPI_STATUSES_IGNORE));
 }
 
 // Explicit diffusion u' = u + k (u[i-1] - 2 u[i] + u[i+1]) on a ring of 53
