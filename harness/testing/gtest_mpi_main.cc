@@ -130,7 +130,8 @@ class Watchdog {
   }
   [[noreturn]] void fire() {
     bool all_blocked = false;
-    const std::string ranks = trace::describe_all(trace_dir_, world_size_, &all_blocked);
+    // A deadlock: every rank stuck in one blocking call for most of the timeout.
+    const std::string ranks = trace::describe_all(trace_dir_, world_size_, 0.5 * seconds_, &all_blocked);
     std::ostringstream report;
     report << (all_blocked ? "DEADLOCK" : "TIMEOUT") << " in " << test_ << ": no result after "
            << seconds_ << " s"
@@ -171,7 +172,11 @@ class MpiListener : public ::testing::EmptyTestEventListener {
     if (watchdog_ != nullptr) watchdog_->arm(name);
     progress_.write(R"({"event":"start","test":")" + json_escape(name) + "\"}");
     failures_.clear();
-    g_test_comm.emplace(MPI_COMM_WORLD);
+    {
+      // MPI_Comm_dup is collective: a rank here waits for the others to arrive.
+      trace::HarnessWait wait("the other ranks to start " + name);
+      g_test_comm.emplace(MPI_COMM_WORLD);
+    }
     trace::reset_counts();
   }
 
@@ -189,7 +194,11 @@ class MpiListener : public ::testing::EmptyTestEventListener {
 
   void OnTestEnd(const ::testing::TestInfo& info) override {
     g_test_comm.reset();
-    const std::vector<std::string> by_rank = gather_failures();
+    std::vector<std::string> by_rank;
+    {
+      trace::HarnessWait wait("the other ranks to finish " + full_name(info) + " (this rank has)");
+      by_rank = gather_failures();
+    }
     const int rank = g_control->rank();
     if (rank == 0) {
       std::string failed_ranks;
@@ -322,7 +331,13 @@ int main(int argc, char** argv) {
 
     bool owned_trace_dir = false;
     const std::string trace_dir = make_trace_dir(control, &owned_trace_dir);
-    if (!trace_dir.empty()) dtl::trace::enable_state_file(trace_dir, rank);
+    try {
+      // Ranks on another host do not see rank 0's folder: they run untraced,
+      // and a timeout report shows "no trace" for them.
+      if (!trace_dir.empty()) dtl::trace::enable_state_file(trace_dir, rank);
+    } catch (const dtl::Error& e) {
+      std::cerr << "[dtl] rank " << rank << ": no deadlock trace: " << e.what() << std::endl;
+    }
     PMPI_Barrier(control);  // every state file exists before any test starts
 
     Progress progress(rank == 0 ? std::getenv("DTL_PROGRESS_FILE") : nullptr);
@@ -339,7 +354,10 @@ int main(int argc, char** argv) {
     const int local = RUN_ALL_TESTS();
     watchdog.reset();
     int agreed = 0;
-    PMPI_Allreduce(&local, &agreed, 1, MPI_INT, MPI_MAX, control);
+    {
+      dtl::trace::HarnessWait wait("the other ranks to finish their last test");
+      PMPI_Allreduce(&local, &agreed, 1, MPI_INT, MPI_MAX, control);
+    }
     exit_code = agreed;
     if (owned_trace_dir) std::filesystem::remove_all(trace_dir);
     g_control = nullptr;

@@ -194,7 +194,25 @@ std::string describe_self() {
   return out.str();
 }
 
-std::string describe_all(const std::string& dir, int world_size, bool* all_blocked) {
+HarnessWait::HarnessWait(const std::string& what) {
+  Tracer& t = tracer();
+  std::lock_guard lock(t.mutex);
+  t.in_call = true;
+  t.blocking = true;
+  t.since = now_seconds();
+  t.call = "the test harness, waiting for " + what;
+  t.mirror();
+}
+
+HarnessWait::~HarnessWait() {
+  Tracer& t = tracer();
+  std::lock_guard lock(t.mutex);
+  t.in_call = false;
+  t.call.clear();
+  t.mirror();
+}
+
+std::string describe_all(const std::string& dir, int world_size, double min_seconds, bool* all_blocked) {
   std::ostringstream out;
   out.precision(1);
   bool blocked = world_size > 0;
@@ -211,6 +229,8 @@ std::string describe_all(const std::string& dir, int world_size, bool* all_block
     }
     out << "  rank " << r << ": ";
     if (state == "blocked" || state == "polling") {
+      // Polling (MPI_Test in a loop) or a call entered just now is progress, not a deadlock.
+      if (state != "blocked" || now - since < min_seconds) blocked = false;
       out << (state == "blocked" ? "in " : "polling in ") << call << " for " << std::fixed
           << now - since << " s\n";
     } else if (state == "running") {

@@ -51,9 +51,23 @@ std::string describe_self();
 /// @brief Reads every rank's state file and writes one line per rank.
 /// @param[in] dir the folder given to enable_state_file().
 /// @param[in] world_size how many rank files to expect.
-/// @param[out] all_blocked set to true when every rank is inside a blocking MPI call.
+/// @param[in] min_seconds a rank counts as blocked only after this long in one call.
+/// @param[out] all_blocked set to true when every rank has been inside one blocking
+///             MPI call for at least `min_seconds` (a deadlock, not a slow run).
 /// @return lines such as "rank 0: in MPI_Send(dest=1, tag=0, 1 MiB) for 10.0 s".
-std::string describe_all(const std::string& dir, int world_size, bool* all_blocked);
+std::string describe_all(const std::string& dir, int world_size, double min_seconds, bool* all_blocked);
+
+/// @brief Marks this rank as waiting inside the test harness (not in the code
+/// under test) for as long as the object lives, so that a timeout report says
+/// "finished the test, waiting for the other ranks" instead of "running its own code".
+class HarnessWait {
+ public:
+  /// @param[in] what what the rank waits for, e.g. "the other ranks to finish Ring.Large".
+  explicit HarnessWait(const std::string& what);
+  ~HarnessWait();
+  HarnessWait(const HarnessWait&) = delete;
+  HarnessWait& operator=(const HarnessWait&) = delete;
+};
 
 /// @brief The counters since the last reset_counts() (this rank only).
 /// @return a copy of them.

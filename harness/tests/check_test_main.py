@@ -68,4 +68,14 @@ with tempfile.TemporaryDirectory() as tmp:
     check(any(e["event"] == "timeout" and "MPI_Send" in e["report"] for e in events),
           "the progress file records the timeout and its report", json.dumps(events))
 
+    # A rank busy in its own code is a TIMEOUT, not a DEADLOCK; ranks that are done
+    # say they wait in the harness, not that they run their own code.
+    rc, out, seconds = run(2, "Meta.DISABLED_RankZeroSpins", "--dtl_timeout=3")
+    check(rc != 0 and seconds < 30, f"the spinning run ends after the timeout ({seconds:.1f} s)", out)
+    check("TIMEOUT in Meta.DISABLED_RankZeroSpins" in out and "DEADLOCK" not in out,
+          "a spinning rank is reported as a TIMEOUT, not a DEADLOCK", out)
+    check("rank 0: running its own code" in out, "the report shows rank 0 running its own code", out)
+    check("rank 1: in the test harness, waiting for the other ranks to finish" in out,
+          "the report shows rank 1 waiting in the harness", out)
+
 sys.exit(1 if failures else 0)

@@ -47,6 +47,16 @@ TEST(Meta, DISABLED_NaiveRingDeadlocks) {
            MPI_STATUS_IGNORE);
 }
 
+// Rank 0 loops in its own code; the others finish the test and wait in the
+// harness. A timeout, but not a deadlock.
+TEST(Meta, DISABLED_RankZeroSpins) {
+  if (comm().rank() == 0) {
+    volatile bool forever = true;
+    while (forever) {
+    }
+  }
+}
+
 TEST(Meta, DISABLED_ThrowsOnEveryRank) { throw std::runtime_error("thrown on purpose"); }
 
 }  // namespace

@@ -96,7 +96,13 @@ void print_fit() {
     std::printf("#   %-22s alpha = %7.3f us   beta = %.4f ns/B   1/beta = %5.2f GB/s   n_1/2 = %.0f B\n",
                 label, f.alpha * 1e6, f.beta * 1e9, 1.0 / f.beta / 1e9, f.alpha / f.beta);
   };
-  const dtl::lab01::AlphaBeta fit = dtl::lab01::fit_alpha_beta(g_samples);
+  dtl::lab01::AlphaBeta fit{};
+  try {
+    fit = dtl::lab01::fit_alpha_beta(g_samples);
+  } catch (const dtl::Error& e) {
+    std::printf("\n# no alpha-beta fit: %s\n", e.what());
+    return;
+  }
   std::printf("\n# alpha-beta fits (weighted by 1/t^2) of the PingPong medians:\n");
   show("all sizes:", fit);
   // Above the eager limit MPI switches to the rendezvous protocol (a handshake
