@@ -3,6 +3,7 @@
 // performance item times the student's build of this row against the
 // reference's (grader/rubrics/01.toml).
 //
+// Rows: 1 KiB to 4 MiB by 4x (quick: 1 KiB, 64 KiB, 4 MiB — the grader's runs).
 // time = one shift (every rank sends and receives `bytes`), median;
 // GB/s = bytes / time, per rank.
 #include <mpi.h>
