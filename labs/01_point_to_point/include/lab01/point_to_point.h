@@ -84,7 +84,8 @@ void ring_shift(MPI_Comm comm, std::span<const std::byte> send_buf, std::span<st
 /// are left untouched. Owned cells are never modified.
 ///
 /// Use nonblocking calls (MPI_Irecv, MPI_Isend, MPI_Waitall): post all four
-/// transfers, then wait once. The tests check that you do.
+/// transfers, then wait once. The tests check that you use MPI_Irecv and
+/// MPI_Isend and no blocking send or receive.
 ///
 /// Collective: every rank of `comm` must call it with the same halo, periodic and tag.
 /// @param[in] comm the communicator.
@@ -92,7 +93,8 @@ void ring_shift(MPI_Comm comm, std::span<const std::byte> send_buf, std::span<st
 /// @param[in] halo ghost cells on each side; 0 is allowed (nothing to do).
 /// @param[in] periodic whether the grid wraps around.
 /// @param[in] tag the tag of the messages, in [0, 32767].
-/// @throws dtl::InvalidArgument if `field` holds fewer than `halo` owned cells.
+/// @throws dtl::InvalidArgument if `field` holds fewer than `halo` owned cells, or
+///         the tag is out of range.
 void halo_exchange(MPI_Comm comm, std::span<double> field, std::size_t halo, bool periodic,
                    int tag);
 
