@@ -64,6 +64,7 @@ class HarnessWait {
  public:
   /// @param[in] what what the rank waits for, e.g. "the other ranks to finish Ring.Large".
   explicit HarnessWait(const std::string& what);
+  /// @brief Back to "running": the harness is done waiting.
   ~HarnessWait();
   HarnessWait(const HarnessWait&) = delete;
   HarnessWait& operator=(const HarnessWait&) = delete;
