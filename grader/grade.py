@@ -451,10 +451,13 @@ def list_tests(binary: Path, patterns: list[str], work: Path) -> tuple[list[str]
     return names, result.output
 
 
-def run_tests(binary: Path, np: int, names: list[str], timeout: float, work: Path,
+def run_tests(binary: Path, np: int, names: list[str], timeouts: dict[str, float], work: Path,
               log) -> dict[str, TestResult]:
-    """Runs `names` at `np` ranks, resuming after a crash, a timeout or a flood,
-    until every test has a result."""
+    """Runs `names` at `np` ranks, each with its own timeout (the test main's
+    watchdog), resuming after a crash, a timeout or a flood, until every test
+    has a result."""
+    default = min(timeouts[n] for n in names) if names else 10.0
+    overrides = ",".join(f"{n}={timeouts[n]:g}" for n in names if timeouts[n] != default)
     results: dict[str, TestResult] = {}
     remaining = list(names)
     attempt = 0
@@ -466,10 +469,10 @@ def run_tests(binary: Path, np: int, names: list[str], timeout: float, work: Pat
         progress = run_dir / "progress.jsonl"
         out_json = run_dir / "gtest.json"
         env = dict(os.environ, **MPI_ENV, DTL_PROGRESS_FILE=str(progress), DTL_TRACE_DIR=str(trace_dir),
-                   DTL_TEST_TIMEOUT=str(timeout), GTEST_COLOR="no")
+                   DTL_TEST_TIMEOUT=f"{default:g}", DTL_TEST_TIMEOUTS=overrides, GTEST_COLOR="no")
         cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", str(np), str(binary),
                f"--gtest_filter={':'.join(remaining)}", f"--gtest_output=json:{out_json}"]
-        limit = timeout * len(remaining) + 60
+        limit = sum(timeouts[n] for n in remaining) + 60
         report = {}
         run = run_capped(cmd, env, run_dir, limit,
                          on_timeout=lambda: report.update(text=trace_report(trace_dir, np)))
@@ -491,7 +494,7 @@ def run_tests(binary: Path, np: int, names: list[str], timeout: float, work: Pat
             timeout_event = next((e for e in events if e.get("event") == "timeout" and e["test"] == culprit), None)
             tail = run.output[-2500:]
             if timeout_event is not None:
-                finished[culprit] = TestResult("timeout", timeout_event["report"], timeout)
+                finished[culprit] = TestResult("timeout", timeout_event["report"], timeouts[culprit])
             elif run.flooded:
                 finished[culprit] = TestResult(
                     "flood", f"{culprit} printed more than {OUTPUT_FLOOD_BYTES >> 20} MiB of output; "
@@ -596,7 +599,7 @@ def score_item(item: Item, by_run: dict[tuple[str, int], dict[str, TestResult]],
     if not matched:
         return 0.0, "failed", "no test matches " + ", ".join(item.tests) + " (a grader set-up problem)"
     problems = []
-    for np in item.ranks:
+    for np in sorted(item.ranks, key=lambda n: (n == 1, n)):  # the order they ran in
         for name in matched:
             result = by_run.get((item.binary, np), {}).get(name, TestResult("not_run", "not run"))
             if result.status != "passed":
@@ -690,21 +693,25 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
             listed = {kind: list_tests(exe_dir / exe, ["*"], work) for kind, exe in binaries.items()}
             names = {kind: found for kind, (found, _) in listed.items()}
             listing = {kind: output for kind, (_, output) in listed.items()}
-            plan: dict[tuple[str, int], tuple[set, float]] = {}
+            # (binary, ranks) -> {test: its timeout, the largest of the items naming it}
+            plan: dict[tuple[str, int], dict[str, float]] = {}
             for item in items:
                 if item.gpu and not gpu:
                     continue
                 matched = {n for n in names[item.binary] if any(fnmatchcase(n, p) for p in item.tests)}
                 for np in item.ranks:
-                    tests, timeout = plan.get((item.binary, np), (set(), 0.0))
-                    plan[(item.binary, np)] = (tests | matched, max(timeout, item.timeout))
+                    group = plan.setdefault((item.binary, np), {})
+                    for n in matched:
+                        group[n] = max(group.get(n, 0.0), item.timeout)
             hung: dict[tuple[str, str], tuple[int, str]] = {}  # (binary, test) -> (ranks, status)
-            for (kind, np), (tests, timeout) in sorted(plan.items()):
+            # Several ranks before one: a hang is first met (and reported, with every
+            # rank's blocked call) where it is most instructive, and not re-run after.
+            for (kind, np), tests in sorted(plan.items(), key=lambda kv: (kv[0][0], kv[0][1] == 1, kv[0][1])):
                 # A test that hung or flooded at fewer ranks is not run again: it fails
                 # its item anyway, and each further run would cost a full timeout.
                 ordered = [n for n in names[kind] if n in tests and (kind, n) not in hung]
                 t0 = time.monotonic()
-                by_run[(kind, np)] = run_tests(exe_dir / binaries[kind], np, ordered, timeout, work, log)
+                by_run[(kind, np)] = run_tests(exe_dir / binaries[kind], np, ordered, tests, work, log)
                 for n, r in by_run[(kind, np)].items():
                     if r.status in ("timeout", "flood"):
                         hung.setdefault((kind, n), (np, r.status))

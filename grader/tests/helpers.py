@@ -77,6 +77,16 @@ def replace_solution(text: str, function: str, body: str) -> str:
     return pattern.sub(lambda m: m.group("begin") + body + m.group("end"), text, count=1)
 
 
+def reference_body(function: str) -> str:
+    """The reference's solution of `function` (the inside of its block, hint lines
+    included), to build a submission that differs from it by a few lines."""
+    text = (REFERENCE_SRC / FUNCTION_FILES[function]).read_text()
+    match = re.compile(_BLOCK.format(name=re.escape(function)), re.S | re.M).search(text)
+    if not match:
+        raise ValueError(f"no BEGIN SOLUTION({function}) block")
+    return match.group("body")
+
+
 def make_submission(dest: Path, function: str | None = None, body: str = "", includes: tuple[str, ...] = (),
                     source: Path = REFERENCE_SRC) -> Path:
     """Copies `source`/*.cc (default: the reference) into `dest` (created) and, if

@@ -27,7 +27,7 @@ class TestCompileError(helpers.GraderAssertions, unittest.TestCase):
         self.assertGradescopeJson(self.graded)
         self.assertEqual(self.graded.json["score"], 0)
         self.assertEqual(self.graded.json["max_score"], 100)
-        self.assertEqual(len(self.graded.json["tests"]), 11)
+        self.assertEqual(len(self.graded.json["tests"]), 12)  # 9 items, 1 speed item, 2 hidden
         self.assertZero(self.graded.json["tests"])
 
     def test_items_show_the_compiler_error(self):

@@ -31,21 +31,31 @@ class TestDeadlock(helpers.GraderAssertions, unittest.TestCase):
     def test_exit_code_zero(self):
         self.assertEqual(self.graded.returncode, 0, self.graded.output[-3000:])
 
+    def hanging_items(self):
+        """The ring items whose tests go above an eager limit: all but the tags
+        item, which uses 1000 B at 2 to 4 ranks, where the naive order completes
+        (its tags are right, so it keeps those points)."""
+        return [t for t in self.graded.items("ring_shift") if "tags" not in t["name"]]
+
     def test_ring_items_zero_others_full(self):
         self.assertGradescopeJson(self.graded)
         self.assertEqual(self.graded.json["max_score"], 90)
         self.assertEqual(len(self.graded.items("ring_shift")), 3)
-        # All three ring items fail: at 1 rank even the 1000 B "small" shift blocks,
+        # Both size items fail: at 1 rank even the 1000 B "small" shift blocks,
         # since a send to self is rendezvous above Open MPI 4.1's btl_self_eager_limit
         # (1024 B with the header) and the receive comes only after it. The speed
         # item needs a correct ring first, so it scores 0 without being timed.
-        self.assertOnlyGroupsFail(self.graded, ("ring_shift", "perf"))
+        self.assertZero(self.hanging_items())
+        self.assertZero(self.graded.items("perf"))
         for t in self.graded.items("perf"):
             self.assertIn("speed counts only for a correct solution", t["output"])
-        self.assertEqual(self.graded.json["score"], 55)
+        others = [t for t in self.graded.json["tests"] if t not in self.hanging_items()
+                  and t not in self.graded.items("perf")]
+        self.assertFullMarks(others)
+        self.assertEqual(self.graded.json["score"], 60)
 
     def test_report_names_the_blocked_call(self):
-        for t in self.graded.items("ring_shift"):
+        for t in self.hanging_items():
             self.assertIn("DEADLOCK in Ring.", t["output"], t["name"])
             self.assertIn("every rank is blocked in MPI", t["output"], t["name"])
             self.assertIn("MPI_Send(dest=", t["output"], t["name"])

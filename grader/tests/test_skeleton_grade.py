@@ -46,6 +46,9 @@ class TestSkeletonGrade(helpers.GraderAssertions, unittest.TestCase):
             for t in self.graded.items(group):
                 self.assertIn(f"{function} is not implemented yet", t["output"], t["name"])
                 checked += 1
+        for t in self.graded.items("perf"):  # speed counts only once the ring is correct
+            self.assertIn("speed counts only for a correct solution", t["output"], t["name"])
+            checked += 1
         self.assertEqual(checked, len(self.graded.json["tests"]), "an item belongs to no group")
 
 

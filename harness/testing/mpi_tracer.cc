@@ -155,6 +155,20 @@ void forget_completed(int n, const MPI_Request* before, const MPI_Request* after
   }
 }
 
+// The wrappers of MPI_Wait* and MPI_Test*: record the pending requests, make
+// the call, then forget the requests it completed.
+template <typename Call>
+int with_requests(const char* name, int n, MPI_Request* requests, bool blocking, Call call) {
+  std::vector<MPI_Request> before(requests, requests + (n > 0 ? n : 0));
+  int rc;
+  {
+    CallScope scope(name, pending_text(name, n, requests), blocking);
+    rc = call();
+  }
+  forget_completed(n, before.data(), requests);
+  return rc;
+}
+
 }  // namespace
 
 std::int64_t Counts::count(const std::string& name) const {
@@ -360,92 +374,42 @@ int MPI_Irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_
 }
 
 int MPI_Wait(MPI_Request* request, MPI_Status* status) {
-  const MPI_Request before = *request;
-  int rc;
-  {
-    CallScope scope("MPI_Wait", dtl::trace::pending_text("MPI_Wait", 1, request));
-    rc = PMPI_Wait(request, status);
-  }
-  dtl::trace::forget_completed(1, &before, request);
-  return rc;
+  return dtl::trace::with_requests("MPI_Wait", 1, request, true, [&] { return PMPI_Wait(request, status); });
 }
 
 int MPI_Waitall(int n, MPI_Request requests[], MPI_Status statuses[]) {
-  std::vector<MPI_Request> before(requests, requests + (n > 0 ? n : 0));
-  int rc;
-  {
-    CallScope scope("MPI_Waitall", dtl::trace::pending_text("MPI_Waitall", n, requests));
-    rc = PMPI_Waitall(n, requests, statuses);
-  }
-  dtl::trace::forget_completed(n, before.data(), requests);
-  return rc;
+  return dtl::trace::with_requests("MPI_Waitall", n, requests, true,
+                                   [&] { return PMPI_Waitall(n, requests, statuses); });
 }
 
 int MPI_Waitany(int n, MPI_Request requests[], int* index, MPI_Status* status) {
-  std::vector<MPI_Request> before(requests, requests + (n > 0 ? n : 0));
-  int rc;
-  {
-    CallScope scope("MPI_Waitany", dtl::trace::pending_text("MPI_Waitany", n, requests));
-    rc = PMPI_Waitany(n, requests, index, status);
-  }
-  dtl::trace::forget_completed(n, before.data(), requests);
-  return rc;
+  return dtl::trace::with_requests("MPI_Waitany", n, requests, true,
+                                   [&] { return PMPI_Waitany(n, requests, index, status); });
 }
 
-int MPI_Waitsome(int n, MPI_Request requests[], int* out_count, int indices[],
-                 MPI_Status statuses[]) {
-  std::vector<MPI_Request> before(requests, requests + (n > 0 ? n : 0));
-  int rc;
-  {
-    CallScope scope("MPI_Waitsome", dtl::trace::pending_text("MPI_Waitsome", n, requests));
-    rc = PMPI_Waitsome(n, requests, out_count, indices, statuses);
-  }
-  dtl::trace::forget_completed(n, before.data(), requests);
-  return rc;
+int MPI_Waitsome(int n, MPI_Request requests[], int* out_count, int indices[], MPI_Status statuses[]) {
+  return dtl::trace::with_requests("MPI_Waitsome", n, requests, true,
+                                   [&] { return PMPI_Waitsome(n, requests, out_count, indices, statuses); });
 }
 
 int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
-  const MPI_Request before = *request;
-  int rc;
-  {
-    CallScope scope("MPI_Test", dtl::trace::pending_text("MPI_Test", 1, request), false);
-    rc = PMPI_Test(request, flag, status);
-  }
-  dtl::trace::forget_completed(1, &before, request);
-  return rc;
+  return dtl::trace::with_requests("MPI_Test", 1, request, false,
+                                   [&] { return PMPI_Test(request, flag, status); });
 }
 
 int MPI_Testall(int n, MPI_Request requests[], int* flag, MPI_Status statuses[]) {
-  std::vector<MPI_Request> before(requests, requests + (n > 0 ? n : 0));
-  int rc;
-  {
-    CallScope scope("MPI_Testall", dtl::trace::pending_text("MPI_Testall", n, requests), false);
-    rc = PMPI_Testall(n, requests, flag, statuses);
-  }
-  dtl::trace::forget_completed(n, before.data(), requests);
-  return rc;
+  return dtl::trace::with_requests("MPI_Testall", n, requests, false,
+                                   [&] { return PMPI_Testall(n, requests, flag, statuses); });
 }
 
 int MPI_Testany(int n, MPI_Request requests[], int* index, int* flag, MPI_Status* status) {
-  std::vector<MPI_Request> before(requests, requests + (n > 0 ? n : 0));
-  int rc;
-  {
-    CallScope scope("MPI_Testany", dtl::trace::pending_text("MPI_Testany", n, requests), false);
-    rc = PMPI_Testany(n, requests, index, flag, status);
-  }
-  dtl::trace::forget_completed(n, before.data(), requests);
-  return rc;
+  return dtl::trace::with_requests("MPI_Testany", n, requests, false,
+                                   [&] { return PMPI_Testany(n, requests, index, flag, status); });
 }
 
 int MPI_Testsome(int n, MPI_Request requests[], int* out_count, int indices[], MPI_Status statuses[]) {
-  std::vector<MPI_Request> before(requests, requests + (n > 0 ? n : 0));
-  int rc;
-  {
-    CallScope scope("MPI_Testsome", dtl::trace::pending_text("MPI_Testsome", n, requests), false);
-    rc = PMPI_Testsome(n, requests, out_count, indices, statuses);
-  }
-  dtl::trace::forget_completed(n, before.data(), requests);
-  return rc;
+  return dtl::trace::with_requests("MPI_Testsome", n, requests, false,
+                                   [&] { return PMPI_Testsome(n, requests, out_count, indices, statuses); });
 }
 
 int MPI_Iprobe(int source, int tag, MPI_Comm comm, int* flag, MPI_Status* status) {

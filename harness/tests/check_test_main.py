@@ -68,6 +68,14 @@ with tempfile.TemporaryDirectory() as tmp:
     check(any(e["event"] == "timeout" and "MPI_Send" in e["report"] for e in events),
           "the progress file records the timeout and its report", json.dumps(events))
 
+    # A per-test timeout (DTL_TEST_TIMEOUTS) wins over the default one.
+    ENV["DTL_TEST_TIMEOUT"] = "120"
+    ENV["DTL_TEST_TIMEOUTS"] = "Other.Test=50,Meta.DISABLED_NaiveRingDeadlocks=2"
+    rc, out, seconds = run(2, "Meta.DISABLED_NaiveRingDeadlocks")
+    check(rc != 0 and seconds < 20 and "no result after 2 s" in out,
+          f"DTL_TEST_TIMEOUTS sets one test's timeout ({seconds:.1f} s)", out)
+    del ENV["DTL_TEST_TIMEOUT"], ENV["DTL_TEST_TIMEOUTS"]
+
     # A rank busy in its own code is a TIMEOUT, not a DEADLOCK; ranks that are done
     # say they wait in the harness, not that they run their own code.
     rc, out, seconds = run(2, "Meta.DISABLED_RankZeroSpins", "--dtl_timeout=3")
