@@ -30,11 +30,11 @@ void plain_round_trips(std::vector<std::byte>& buf, int round_trips) {
   const int count = static_cast<int>(buf.size());
   for (int i = 0; i < round_trips; ++i) {
     if (rank == 0) {
-      MPI_Send(buf.data(), count, MPI_BYTE, 1, kTag, comm());
-      MPI_Recv(buf.data(), count, MPI_BYTE, 1, kTag, comm(), MPI_STATUS_IGNORE);
+      DTL_MPI_CHECK(MPI_Send(buf.data(), count, MPI_BYTE, 1, kTag, comm()));
+      DTL_MPI_CHECK(MPI_Recv(buf.data(), count, MPI_BYTE, 1, kTag, comm(), MPI_STATUS_IGNORE));
     } else if (rank == 1) {
-      MPI_Recv(buf.data(), count, MPI_BYTE, 0, kTag, comm(), MPI_STATUS_IGNORE);
-      MPI_Send(buf.data(), count, MPI_BYTE, 0, kTag, comm());
+      DTL_MPI_CHECK(MPI_Recv(buf.data(), count, MPI_BYTE, 0, kTag, comm(), MPI_STATUS_IGNORE));
+      DTL_MPI_CHECK(MPI_Send(buf.data(), count, MPI_BYTE, 0, kTag, comm()));
     }
   }
 }

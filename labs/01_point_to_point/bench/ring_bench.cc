@@ -29,8 +29,8 @@ void ring_row(benchmark::State& state, std::size_t bytes) {
   const int count = static_cast<int>(bytes);
   std::vector<std::byte> send(bytes, std::byte{3}), recv(bytes), vendor_recv(bytes);
   auto vendor = [&] {
-    MPI_Sendrecv(send.data(), count, MPI_BYTE, (rank + 1) % size, kTag, vendor_recv.data(), count, MPI_BYTE,
-                 (rank - 1 + size) % size, kTag, comm(), MPI_STATUS_IGNORE);
+    DTL_MPI_CHECK(MPI_Sendrecv(send.data(), count, MPI_BYTE, (rank + 1) % size, kTag, vendor_recv.data(), count,
+                               MPI_BYTE, (rank - 1 + size) % size, kTag, comm(), MPI_STATUS_IGNORE));
   };
   auto impl = [&] { dtl::lab01::ring_shift(comm(), send, recv, kTag); };
   try {
