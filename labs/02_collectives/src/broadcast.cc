@@ -105,9 +105,10 @@ void broadcast(MPI_Comm comm, std::span<T> buf, int root, int tag, std::size_t s
                   "is " + std::to_string(root) + ", not a rank of a " + std::to_string(size) + "-rank communicator");
   DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "broadcast", "tag", "must be in [0, 32767]");
 
-  // TODO(student): Below switch_bytes (compare buf.size_bytes()) call broadcast_binomial, at or
-  //   above it broadcast_scatter_allgather. Every rank has the same size, so every
-  //   rank makes the same choice.
+  // TODO(student): With 3 or more ranks and buf.size_bytes() >= switch_bytes call
+  //   broadcast_scatter_allgather; otherwise broadcast_binomial. (With 1 or 2 ranks the
+  //   tree always wins: see the crossover formula at the top of this file.) Every rank
+  //   has the same size and arguments, so every rank makes the same choice.
   throw dtl::NotImplemented("broadcast");
 }
 

@@ -63,10 +63,12 @@ void reduce(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, R
 
   // TODO(student): The gather tree, in relative ranks: for mask = 1, 2, 4, ... while mask < size,
   //   if vrank has bit `mask` set, send your partial result to vrank - mask and stop;
-  //   otherwise, if vrank + mask < size, receive that child's partial result into a
-  //   scratch vector and combine it into yours. Start the partial result as a copy of
-  //   send_buf (on the root, straight in recv_buf; never write into send_buf). A rank
-  //   with no children (odd vrank, or the last one) can send send_buf as it is.
+  //   otherwise, if vrank + mask < size, receive that child's partial result and
+  //   combine it into yours. A rank without children sends send_buf as it is. Keep the
+  //   partial result in recv_buf on the root and in a vector of your own elsewhere
+  //   (never write into send_buf). Cheapest: receive the first child's vector straight
+  //   into the partial result, then combine send_buf into it; later children go
+  //   through a scratch vector. With one rank, copy send_buf into recv_buf.
   throw dtl::NotImplemented("reduce");
 }
 

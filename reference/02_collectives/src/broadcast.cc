@@ -167,13 +167,14 @@ void broadcast(MPI_Comm comm, std::span<T> buf, int root, int tag, std::size_t s
   DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "broadcast", "tag", "must be in [0, 32767]");
 
   // BEGIN SOLUTION(broadcast)
-  // | Below switch_bytes (compare buf.size_bytes()) call broadcast_binomial, at or
-  // | above it broadcast_scatter_allgather. Every rank has the same size, so every
-  // | rank makes the same choice.
-  if (buf.size_bytes() < switch_bytes) {
-    broadcast_binomial(comm, buf, root, tag);
-  } else {
+  // | With 3 or more ranks and buf.size_bytes() >= switch_bytes call
+  // | broadcast_scatter_allgather; otherwise broadcast_binomial. (With 1 or 2 ranks the
+  // | tree always wins: see the crossover formula at the top of this file.) Every rank
+  // | has the same size and arguments, so every rank makes the same choice.
+  if (size >= 3 && buf.size_bytes() >= switch_bytes) {
     broadcast_scatter_allgather(comm, buf, root, tag);
+  } else {
+    broadcast_binomial(comm, buf, root, tag);
   }
   // END SOLUTION
 }

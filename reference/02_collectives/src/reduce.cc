@@ -84,36 +84,44 @@ void reduce(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, R
   // BEGIN SOLUTION(reduce)
   // | The gather tree, in relative ranks: for mask = 1, 2, 4, ... while mask < size,
   // | if vrank has bit `mask` set, send your partial result to vrank - mask and stop;
-  // | otherwise, if vrank + mask < size, receive that child's partial result into a
-  // | scratch vector and combine it into yours. Start the partial result as a copy of
-  // | send_buf (on the root, straight in recv_buf; never write into send_buf). A rank
-  // | with no children (odd vrank, or the last one) can send send_buf as it is.
+  // | otherwise, if vrank + mask < size, receive that child's partial result and
+  // | combine it into yours. A rank without children sends send_buf as it is. Keep the
+  // | partial result in recv_buf on the root and in a vector of your own elsewhere
+  // | (never write into send_buf). Cheapest: receive the first child's vector straight
+  // | into the partial result, then combine send_buf into it; later children go
+  // | through a scratch vector. With one rank, copy send_buf into recv_buf.
   const int vrank = (rank - root + size) % size;
-  // Children exist iff vrank + 1 is one: an odd vrank sends at mask 1 (a leaf).
-  const bool has_children = vrank % 2 == 0 && vrank + 1 < size;
-  // The partial result: a copy of send_buf that the children's vectors are
-  // combined into (on the root, recv_buf itself). A rank without children has
-  // nothing to combine and sends send_buf as it is.
-  std::vector<T> storage;
+  // The partial result: on the root recv_buf, elsewhere a buffer of our own. It is
+  // filled by the first child's message, received straight into it, and then
+  // combined with send_buf (the operators are commutative); further children
+  // arrive in `incoming`. A rank without children sends send_buf as it is.
+  std::vector<T> storage, incoming;
   std::span<T> partial = recv_buf;
-  if (vrank != 0 && has_children) {
-    storage.resize(send_buf.size());
-    partial = storage;
-  }
-  if (vrank == 0 || has_children) std::copy(send_buf.begin(), send_buf.end(), partial.begin());
-  std::vector<T> incoming(has_children ? send_buf.size() : 0);
+  int children = 0;
   for (int mask = 1; mask < size; mask <<= 1) {
     if (vrank & mask) {
-      const T* data = has_children ? partial.data() : send_buf.data();
+      const T* data = children > 0 ? partial.data() : send_buf.data();
       DTL_MPI_CHECK(MPI_Send(data, count, type, (vrank - mask + root) % size, tag, comm));
       break;
     }
     const int child = vrank + mask;
-    if (child < size) {
-      DTL_MPI_CHECK(MPI_Recv(incoming.data(), count, type, (child + root) % size, tag, comm, MPI_STATUS_IGNORE));
+    if (child >= size) continue;
+    const int source = (child + root) % size;
+    if (children == 0) {  // the first child: its vector becomes our partial result
+      if (vrank != 0) {
+        storage.resize(send_buf.size());
+        partial = storage;
+      }
+      DTL_MPI_CHECK(MPI_Recv(partial.data(), count, type, source, tag, comm, MPI_STATUS_IGNORE));
+      combine<T>(op, partial, send_buf);
+    } else {
+      incoming.resize(send_buf.size());
+      DTL_MPI_CHECK(MPI_Recv(incoming.data(), count, type, source, tag, comm, MPI_STATUS_IGNORE));
       combine<T>(op, partial, incoming);
     }
+    ++children;
   }
+  if (vrank == 0 && children == 0) std::copy(send_buf.begin(), send_buf.end(), recv_buf.begin());  // one rank
   // END SOLUTION
 }
 

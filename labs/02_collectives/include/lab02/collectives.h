@@ -103,14 +103,17 @@ void broadcast_binomial(MPI_Comm comm, std::span<T> buf, int root, int tag);
 template <Element T>
 void broadcast_scatter_allgather(MPI_Comm comm, std::span<T> buf, int root, int tag);
 
-/// @brief Where broadcast() switches from the binomial tree to scatter + allgather,
-/// in bytes. Measured on the course's 2-core machine at 4 ranks (see the handout
-/// and labs/02_collectives/bench/RESULTS.md); the alpha-beta model predicts about
-/// 6 alpha / beta there.
-inline constexpr std::size_t kBroadcastSwitchBytes = 64 * 1024;
+/// @brief Where broadcast() switches from the binomial tree to scatter + allgather, in
+/// bytes (with 3 or more ranks). The alpha-beta model with lab 01's rendezvous fit
+/// (alpha = 2.5 us, beta = 0.086 ns/B) puts the crossover at about 88 KB for 3 ranks
+/// and 176 KB for 4; see the handout, and labs/02_collectives/bench/RESULTS.md for
+/// what the 2-core course machine measures instead.
+inline constexpr std::size_t kBroadcastSwitchBytes = 128 * 1024;
 
-/// @brief Broadcast that picks the algorithm by message size: broadcast_binomial()
-/// below `switch_bytes`, broadcast_scatter_allgather() at and above it.
+/// @brief Broadcast that picks the algorithm: broadcast_scatter_allgather() when there
+/// are at least 3 ranks and buf.size_bytes() >= `switch_bytes`, broadcast_binomial()
+/// otherwise. (With 2 ranks scatter + allgather moves the same bytes with one more
+/// latency, so the tree always wins.)
 ///
 /// Collective: every rank of `comm` must call it with the same root, tag, size and
 /// `switch_bytes` (so that every rank picks the same algorithm).
