@@ -18,8 +18,12 @@
 //
 //   n* = (P - 1) * alpha / ((L - 2 (P-1)/P) * beta)
 //
-// which for P = 4 is 6 alpha / beta (about 22 KB with lab 01's alpha = 0.38 us,
-// beta = 0.10 ns/B); for P = 2 the denominator is 0 and the tree always wins.
+// which for P = 4 is 6 alpha / beta: about 176 KB with lab 01's fit over the
+// rendezvous sizes (alpha = 2.5 us, beta = 0.086 ns/B), the sizes a broadcast's
+// chunks have there. For P = 2 the denominator is 0: the tree always wins, and
+// broadcast() below never leaves it. (The model assumes every rank has its own
+// core and link; on the 2-core course machine the tree wins at 3 and 4 ranks too —
+// see labs/02_collectives/bench/RESULTS.md.)
 //
 // Relative ranks. Every tree here is drawn for root 0; with another root, rank
 // r plays the part of vrank = (r - root + P) mod P, and vrank v is real rank
