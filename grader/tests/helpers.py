@@ -6,6 +6,8 @@
                      subprocess and returns its exit code, printed output, time
                      and parsed JSON (a GradeRun); grade_reference() does it once
                      per process for the plain reference and shares the result;
+                     all three work on lab 01 unless given lab="02" (LABS lists
+                     each lab's folder and which file holds which function);
   temp_folder()      a test class's temporary folder, removed after its tests;
   GraderAssertions   checks on a run's JSON (Gradescope's keys and types, items
                      at full marks or at 0), mixed into the test classes.
@@ -41,6 +43,27 @@ FUNCTION_FILES = {
     "fit_alpha_beta": "alpha_beta.cc",
 }
 
+# Every lab the grader tests use: its folder name and its FUNCTION_FILES.
+LABS = {
+    "01": (LAB_NAME, FUNCTION_FILES),
+    "02": ("02_collectives", {
+        "broadcast_binomial": "broadcast.cc",
+        "broadcast_scatter_allgather": "broadcast.cc",
+        "broadcast": "broadcast.cc",
+        "scatter": "scatter_gather.cc",
+        "gather": "scatter_gather.cc",
+        "reduce": "reduce.cc",
+        "allgather_ring": "allgather.cc",
+        "allgather_recursive_doubling": "allgather.cc",
+        "alltoall_pairwise": "alltoall.cc",
+    }),
+}
+
+
+def reference_src(lab: str = LAB) -> Path:
+    """reference/NN_topic/src of lab `lab`."""
+    return ROOT / "reference" / LABS[lab][0] / "src"
+
 # Rubric items (grader/rubrics/01.toml and the example hidden rubric), grouped
 # by the function they exercise; matched on the start of the item's name.
 ITEM_PREFIXES = {
@@ -53,6 +76,9 @@ ITEM_PREFIXES = {
     # The example hidden rubric: one item mixes ring and ping-pong.
     "hidden_ring_ping_pong": ("Hidden: ring and ping-pong",),
     "hidden_halo": ("Hidden: halo",),
+    # Lab 02 (grader/rubrics/02.toml and its example hidden rubric).
+    "lab02_broadcast": ("A. broadcast",),
+    "lab02_hidden_broadcast": ("Hidden: broadcast",),
 }
 
 # Whole-run bound for one grading in a test; a grader that takes longer has hung.
@@ -77,10 +103,10 @@ def replace_solution(text: str, function: str, body: str) -> str:
     return pattern.sub(lambda m: m.group("begin") + body + m.group("end"), text, count=1)
 
 
-def reference_body(function: str) -> str:
+def reference_body(function: str, lab: str = LAB) -> str:
     """The reference's solution of `function` (the inside of its block, hint lines
     included), to build a submission that differs from it by a few lines."""
-    text = (REFERENCE_SRC / FUNCTION_FILES[function]).read_text()
+    text = (reference_src(lab) / LABS[lab][1][function]).read_text()
     match = re.compile(_BLOCK.format(name=re.escape(function)), re.S | re.M).search(text)
     if not match:
         raise ValueError(f"no BEGIN SOLUTION({function}) block")
@@ -88,15 +114,15 @@ def reference_body(function: str) -> str:
 
 
 def make_submission(dest: Path, function: str | None = None, body: str = "", includes: tuple[str, ...] = (),
-                    source: Path = REFERENCE_SRC) -> Path:
-    """Copies `source`/*.cc (default: the reference) into `dest` (created) and, if
-    `function` is given, replaces its solution body with `body` and adds the
+                    source: Path | None = None, lab: str = LAB) -> Path:
+    """Copies `source`/*.cc (default: lab `lab`'s reference) into `dest` (created)
+    and, if `function` is given, replaces its solution body with `body` and adds the
     `#include` lines in `includes` at the top of its file. Returns `dest`."""
     dest.mkdir(parents=True, exist_ok=True)
-    for path in sorted(source.glob("*.cc")):
+    for path in sorted((source or reference_src(lab)).glob("*.cc")):
         shutil.copyfile(path, dest / path.name)
     if function is not None:
-        target = dest / FUNCTION_FILES[function]
+        target = dest / LABS[lab][1][function]
         text = replace_solution(target.read_text(), function, body)
         text = "".join(f"#include {inc}\n" for inc in includes) + text
         target.write_text(text)
@@ -131,13 +157,13 @@ class GradeRun:
         return found[0]
 
 
-def grade(*args: str, timeout: float = GRADE_TIMEOUT) -> GradeRun:
-    """Runs `python3 grader/grade.py 01 *args --json FILE` from the repository root.
+def grade(*args: str, timeout: float = GRADE_TIMEOUT, lab: str = LAB) -> GradeRun:
+    """Runs `python3 grader/grade.py LAB *args --json FILE` from the repository root.
     A grader still running after `timeout` seconds is killed and reported as a
     test failure (AssertionError), never as a hang of the suite."""
     with tempfile.TemporaryDirectory(prefix="dtl-grader-test-") as tmp:
         out = Path(tmp) / "results.json"
-        cmd = [sys.executable, str(GRADE_PY), LAB, *args, "--json", str(out)]
+        cmd = [sys.executable, str(GRADE_PY), lab, *args, "--json", str(out)]
         start = time.monotonic()
         try:
             proc = subprocess.run(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

@@ -64,10 +64,11 @@ class TestTransform(unittest.TestCase):
         self.assertEqual(skeleton.transform(before + after), before + after)
 
     def test_reference_files_have_named_blocks(self):
-        for function, name in helpers.FUNCTION_FILES.items():
-            out = skeleton.transform((helpers.REFERENCE_SRC / name).read_text(), name)
-            self.assertIn(f'throw dtl::NotImplemented("{function}");', out)
-            self.assertEqual(out, (helpers.SKELETON_SRC / name).read_text())
+        for lab, (lab_name, function_files) in helpers.LABS.items():
+            for function, name in function_files.items():
+                out = skeleton.transform((helpers.reference_src(lab) / name).read_text(), name)
+                self.assertIn(f'throw dtl::NotImplemented("{function}");', out, f"lab {lab}: {name}")
+                self.assertEqual(out, (helpers.ROOT / "labs" / lab_name / "src" / name).read_text())
 
     def assertMarkerError(self, text: str, pattern: str) -> None:
         with self.assertRaisesRegex(skeleton.MarkerError, pattern):

@@ -1,0 +1,264 @@
+/// @file
+/// @brief Lab 02 — collectives built from point-to-point messages: the API you implement in src/.
+///
+/// Five families, one file each under src/:
+///   - broadcast.cc       broadcast_binomial(), broadcast_scatter_allgather(), broadcast()
+///   - scatter_gather.cc  scatter(), gather()                (binomial trees)
+///   - reduce.cc          reduce()                           (binomial tree; sum, max, min)
+///   - allgather.cc       allgather_ring(), allgather_recursive_doubling()
+///   - alltoall.cc        alltoall_pairwise()
+///
+/// Only point-to-point MPI is allowed inside them (MPI_Send, MPI_Recv, MPI_Sendrecv,
+/// MPI_Isend, MPI_Irecv, MPI_Wait*): the tests trace every MPI call and fail when a
+/// vendor collective (MPI_Bcast, MPI_Reduce, ...) is called, naming it.
+///
+/// Conventions (as in lab 01): `comm` is the communicator to use (never
+/// MPI_COMM_WORLD inside a lab function); counts are in elements, sizes in bytes;
+/// ranks are ranks of `comm`; every message of one call carries `tag`, and a receive
+/// names its source (no MPI_ANY_SOURCE, no MPI_ANY_TAG). Every function checks its
+/// arguments first, on every rank, and throws dtl::InvalidArgument naming the bad
+/// one. Every function is collective: every rank of `comm` must call it, with the
+/// same root, tag and counts, in the same order as the other collectives.
+///
+/// Element types. Each collective is a function template over the element type,
+/// instantiated (in src/) for float, double and std::int32_t only — the
+/// lab02::Element concept says so at compile time. Why templates rather than three
+/// overloads: the algorithm is the same for every type; only the MPI datatype
+/// (dtl::mpi_datatype<T>()) and, for reduce, the arithmetic change. Why the bodies
+/// live in src/ and not here: they are what you write. Call them with the element
+/// type spelled out; containers then convert to spans on their own:
+///
+///     std::vector<float> v(n), all(P * n);
+///     dtl::lab02::broadcast_binomial<float>(comm, v, root, tag);
+///     dtl::lab02::allgather_ring<float>(comm, v, all, tag);
+///
+/// (Without `<float>` the compiler must deduce T from std::span<const T>, which a
+/// std::vector<float> is not, and it gives up.)
+///
+/// Do not edit this header: the grader compiles your src/ against its own copy.
+#pragma once
+
+#include <mpi.h>
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace dtl::lab02 {
+
+/// @brief The element types the collectives are instantiated for.
+/// @tparam T a candidate element type: float, double or std::int32_t.
+template <typename T>
+concept Element = std::same_as<T, float> || std::same_as<T, double> || std::same_as<T, std::int32_t>;
+
+/// @brief The reduction operators of reduce(): element-wise, commutative and associative.
+enum class ReduceOp {
+  kSum,  ///< acc[i] + x[i]
+  kMax,  ///< the larger of the two
+  kMin,  ///< the smaller of the two
+};
+
+// ---------------------------------------------------------------------------
+// Task A: broadcast
+// ---------------------------------------------------------------------------
+
+/// @brief Broadcast along a binomial tree: `root`'s `buf` ends up in every rank's `buf`.
+///
+/// With ranks renumbered relative to the root (vrank = (rank - root + P) mod P),
+/// vrank v receives once, from v minus its lowest set bit, and then sends the whole
+/// buffer to v + m for each power of two m below that bit (largest first). The
+/// tree has ceil(log2 P) rounds: after round k, 2^k ranks hold the data.
+/// Cost: ceil(log2 P) * (alpha + n * beta) for n bytes.
+///
+/// Collective: every rank of `comm` must call it with the same root, tag and size.
+/// @tparam T float, double or std::int32_t.
+/// @param[in] comm the communicator (any size >= 1).
+/// @param[in,out] buf the message: read on the root, overwritten everywhere else;
+///                    the same number of elements on every rank.
+/// @param[in] root the rank whose `buf` is broadcast.
+/// @param[in] tag the tag of every message, in [0, 32767].
+/// @throws dtl::InvalidArgument naming `root` or `tag` when out of range.
+template <Element T>
+void broadcast_binomial(MPI_Comm comm, std::span<T> buf, int root, int tag);
+
+/// @brief Broadcast for large messages (van de Geijn): a binomial scatter of P
+/// chunks, then a ring allgather of the chunks.
+///
+/// `buf` is cut into P chunks of ceil(n / P) elements (the last ones shorter or
+/// empty); chunk k belongs to relative rank k. The scatter gives every rank its
+/// chunk along the binomial tree (a subtree receives its chunks in one message);
+/// then P - 1 ring steps pass the chunks around until every rank has all of them.
+/// Cost: (ceil(log2 P) + P - 1) * alpha + 2 (P-1)/P * n * beta: the root sends
+/// about 2n bytes instead of ceil(log2 P) * n, so it wins for large n and P >= 3.
+///
+/// Collective: every rank of `comm` must call it with the same root, tag and size.
+/// @tparam T float, double or std::int32_t.
+/// @param[in] comm the communicator (any size >= 1).
+/// @param[in,out] buf the message: read on the root, overwritten everywhere else;
+///                    the same number of elements on every rank.
+/// @param[in] root the rank whose `buf` is broadcast.
+/// @param[in] tag the tag of every message, in [0, 32767].
+/// @throws dtl::InvalidArgument naming `root` or `tag` when out of range.
+template <Element T>
+void broadcast_scatter_allgather(MPI_Comm comm, std::span<T> buf, int root, int tag);
+
+/// @brief Where broadcast() switches from the binomial tree to scatter + allgather, in
+/// bytes (with 3 or more ranks). The alpha-beta model with lab 01's rendezvous fit
+/// (alpha = 2.5 us, beta = 0.086 ns/B) puts the crossover at about 88 KB for 3 ranks
+/// and 176 KB for 4; see the handout, and labs/02_collectives/bench/RESULTS.md for
+/// what the 2-core course machine measures instead.
+inline constexpr std::size_t kBroadcastSwitchBytes = 128 * 1024;
+
+/// @brief Broadcast that picks the algorithm: broadcast_scatter_allgather() when there
+/// are at least 3 ranks and buf.size_bytes() >= `switch_bytes`, broadcast_binomial()
+/// otherwise. (With 2 ranks scatter + allgather moves the same bytes with one more
+/// latency, so the tree always wins.)
+///
+/// Collective: every rank of `comm` must call it with the same root, tag, size and
+/// `switch_bytes` (so that every rank picks the same algorithm).
+/// @tparam T float, double or std::int32_t.
+/// @param[in] comm the communicator (any size >= 1).
+/// @param[in,out] buf the message: read on the root, overwritten everywhere else.
+/// @param[in] root the rank whose `buf` is broadcast.
+/// @param[in] tag the tag of every message, in [0, 32767].
+/// @param[in] switch_bytes the size (buf.size_bytes()) from which scatter + allgather is used.
+/// @throws dtl::InvalidArgument naming `root` or `tag` when out of range.
+template <Element T>
+void broadcast(MPI_Comm comm, std::span<T> buf, int root, int tag,
+               std::size_t switch_bytes = kBroadcastSwitchBytes);
+
+// ---------------------------------------------------------------------------
+// Task B: scatter and gather
+// ---------------------------------------------------------------------------
+
+/// @brief Scatter along a binomial tree: rank r receives block r of the root's `send_buf`.
+///
+/// `send_buf` on the root holds P blocks of `recv_buf.size()` elements, block r for
+/// rank r. Each rank of the tree receives the blocks of its whole subtree in one
+/// message from its parent, keeps its own block and forwards the rest.
+/// Cost: ceil(log2 P) * alpha + (P-1)/P * n * beta, n = the root's bytes (a linear
+/// scatter, the root sending P - 1 messages, costs (P-1) alpha + the same bytes).
+///
+/// Collective: every rank of `comm` must call it with the same root, tag and count.
+/// @tparam T float, double or std::int32_t.
+/// @param[in] comm the communicator (any size >= 1).
+/// @param[in] send_buf on the root: P * recv_buf.size() elements, in rank order; on
+///                     the other ranks it is not read and may be empty.
+/// @param[out] recv_buf this rank's block; the same size on every rank.
+/// @param[in] root the rank that holds the data.
+/// @param[in] tag the tag of every message, in [0, 32767].
+/// @throws dtl::InvalidArgument naming `root`, `tag` or `send_buf` (wrong size on
+///         the root, or neither empty nor the root's size elsewhere).
+template <Element T>
+void scatter(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, int root, int tag);
+
+/// @brief Gather along a binomial tree: block r of the root's `recv_buf` becomes rank r's `send_buf`.
+///
+/// The mirror image of scatter(): each rank collects its subtree's blocks (its own
+/// first, then each child's subtree, smallest child first) and sends them to its
+/// parent in one message. Cost: ceil(log2 P) * alpha + (P-1)/P * n * beta, n = the
+/// root's bytes.
+///
+/// Collective: every rank of `comm` must call it with the same root, tag and count.
+/// @tparam T float, double or std::int32_t.
+/// @param[in] comm the communicator (any size >= 1).
+/// @param[in] send_buf this rank's block; the same size on every rank.
+/// @param[out] recv_buf on the root: P * send_buf.size() elements, filled in rank
+///                      order; on the other ranks it is not touched and may be empty.
+/// @param[in] root the rank that receives the data.
+/// @param[in] tag the tag of every message, in [0, 32767].
+/// @throws dtl::InvalidArgument naming `root`, `tag` or `recv_buf` (wrong size on
+///         the root, or neither empty nor the root's size elsewhere).
+template <Element T>
+void gather(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, int root, int tag);
+
+// ---------------------------------------------------------------------------
+// Task C: reduce
+// ---------------------------------------------------------------------------
+
+/// @brief Reduce along a binomial tree: the root's `recv_buf` gets op(send_buf of every rank).
+///
+/// Each rank combines its `send_buf` with the partial results of its children (one
+/// message from each) and sends the combination to its parent: one message per
+/// non-root, element-wise `op`. Cost: ceil(log2 P) * (alpha + n * beta + n * gamma),
+/// gamma the time to combine a byte.
+///
+/// Collective: every rank of `comm` must call it with the same op, root, tag and count.
+/// @tparam T float, double or std::int32_t.
+/// @param[in] comm the communicator (any size >= 1).
+/// @param[in] send_buf this rank's contribution; the same size on every rank.
+/// @param[out] recv_buf on the root: send_buf.size() elements, the result; on the
+///                      other ranks it is not touched and may be empty.
+/// @param[in] op kSum, kMax or kMin.
+/// @param[in] root the rank that receives the result.
+/// @param[in] tag the tag of every message, in [0, 32767].
+/// @throws dtl::InvalidArgument naming `op`, `root`, `tag` or `recv_buf` (wrong size
+///         on the root, or neither empty nor that size elsewhere).
+template <Element T>
+void reduce(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, ReduceOp op, int root,
+            int tag);
+
+// ---------------------------------------------------------------------------
+// Task D: allgather
+// ---------------------------------------------------------------------------
+
+/// @brief Allgather around a ring: block r of every rank's `recv_buf` becomes rank r's `send_buf`.
+///
+/// P - 1 steps; in each, every rank sends one block to its right neighbour and
+/// receives one from its left (the block it received in the step before, its own
+/// first). Every rank sends exactly P - 1 messages of one block: (P-1)/P of the
+/// result. Cost: (P-1) * alpha + (P-1)/P * n * beta, n = the result's bytes.
+///
+/// Collective: every rank of `comm` must call it with the same tag and count.
+/// @tparam T float, double or std::int32_t.
+/// @param[in] comm the communicator (any size >= 1).
+/// @param[in] send_buf this rank's block; the same size on every rank.
+/// @param[out] recv_buf P * send_buf.size() elements, in rank order.
+/// @param[in] tag the tag of every message, in [0, 32767].
+/// @throws dtl::InvalidArgument naming `recv_buf` (wrong size) or `tag`.
+template <Element T>
+void allgather_ring(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, int tag);
+
+/// @brief Allgather by recursive doubling; the number of ranks must be a power of two.
+///
+/// log2 P steps; in step k (mask = 2^k) every rank swaps everything it has so far,
+/// 2^k blocks, with rank ^ mask. Cost: log2 P * alpha + (P-1)/P * n * beta: the
+/// ring's bandwidth term with a logarithmic latency term.
+///
+/// Collective: every rank of `comm` must call it with the same tag and count.
+/// @tparam T float, double or std::int32_t.
+/// @param[in] comm the communicator; its size must be a power of two (1, 2, 4, 8, ...).
+/// @param[in] send_buf this rank's block; the same size on every rank.
+/// @param[out] recv_buf P * send_buf.size() elements, in rank order.
+/// @param[in] tag the tag of every message, in [0, 32767].
+/// @throws dtl::InvalidArgument naming `comm` (size not a power of two), `recv_buf`
+///         (wrong size) or `tag`.
+template <Element T>
+void allgather_recursive_doubling(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf,
+                                  int tag);
+
+// ---------------------------------------------------------------------------
+// Task E: alltoall
+// ---------------------------------------------------------------------------
+
+/// @brief All-to-all by pairwise exchange: block j of rank i's `send_buf` becomes
+/// block i of rank j's `recv_buf`.
+///
+/// A rank's own block is copied locally. Then P - 1 steps: in step s every rank
+/// sends to (rank + s) mod P and receives from (rank - s) mod P, one block each
+/// way, so every rank is busy sending and receiving in every step and nobody
+/// sends to itself. Cost: (P-1) * (alpha + b * beta), b = one block's bytes.
+///
+/// Collective: every rank of `comm` must call it with the same tag and size.
+/// @tparam T float, double or std::int32_t.
+/// @param[in] comm the communicator (any size >= 1).
+/// @param[in] send_buf P blocks of equal size, block j for rank j.
+/// @param[out] recv_buf as many elements as `send_buf`; block i from rank i.
+/// @param[in] tag the tag of every message, in [0, 32767].
+/// @throws dtl::InvalidArgument naming `send_buf` (not a multiple of P elements),
+///         `recv_buf` (a different size) or `tag`.
+template <Element T>
+void alltoall_pairwise(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, int tag);
+
+}  // namespace dtl::lab02

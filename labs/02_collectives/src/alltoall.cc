@@ -1,0 +1,73 @@
+// Lab 02, task E: all-to-all by pairwise exchange.
+//
+// What this file teaches: the collective behind the transpose of a distributed
+// matrix, a parallel FFT, and the token routing of mixture-of-experts layers.
+// Every rank has a different block for every other rank, so nothing can be
+// shared or combined on the way: each rank must send (P-1) blocks and receive
+// (P-1) blocks, b bytes each.
+//
+//   pairwise exchange   (P-1) * (alpha + b * beta)
+//
+// In step s = 1 .. P-1 every rank sends to (rank + s) mod P and receives from
+// (rank - s) mod P. Each step is a permutation: every rank sends exactly one
+// block and receives exactly one, so no rank is flooded while another idles, and
+// no rank ever sends to itself (its own block is a local copy). P = 4:
+//
+//   step 1:  0 ▶ 1   1 ▶ 2   2 ▶ 3   3 ▶ 0
+//   step 2:  0 ▶ 2   1 ▶ 3   2 ▶ 0   3 ▶ 1
+//   step 3:  0 ▶ 3   1 ▶ 0   2 ▶ 1   3 ▶ 2
+//
+// The naive version — every rank posts its P - 1 MPI_Isend in rank order, to
+// rank 0 first — is fine for small blocks, but then every rank sends to the same
+// receiver at the same time while the others wait; the pairwise steps keep one
+// message in and one out per rank at any time.
+//
+// What it leaves out: Bruck's algorithm (log2 P steps that forward blocks in
+// bundles, better for tiny blocks), and the v-variant with different sizes per
+// pair (MPI_Alltoallv, what MoE routing really needs).
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "harness/comm/mpi.h"
+#include "harness/error.h"
+#include "lab02/collectives.h"
+
+namespace dtl::lab02 {
+
+template <Element T>
+void alltoall_pairwise(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, int tag) {
+  int rank = 0;
+  int size = 0;
+  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "alltoall_pairwise", "tag", "must be in [0, 32767]");
+  DTL_REQUIRE_ARG(send_buf.size() % static_cast<std::size_t>(size) == 0, "alltoall_pairwise", "send_buf",
+                  "has " + std::to_string(send_buf.size()) + " elements, not " + std::to_string(size) +
+                      " blocks of equal size");
+  DTL_REQUIRE_ARG(recv_buf.size() == send_buf.size(), "alltoall_pairwise", "recv_buf",
+                  "has " + std::to_string(recv_buf.size()) + " elements; send_buf has " +
+                      std::to_string(send_buf.size()));
+  to_mpi_count(send_buf.size(), "alltoall_pairwise", "send_buf");
+  const std::size_t block = send_buf.size() / static_cast<std::size_t>(size);
+  if (block == 0) return;
+  const MPI_Datatype type = mpi_datatype<T>();
+  const int count = static_cast<int>(block);
+
+  // TODO(student): Copy your own block, send_buf block `rank`, into recv_buf block `rank`. Then for
+  //   step = 1 .. size-1: dest = (rank + step) % size, source = (rank - step + size) % size;
+  //   one MPI_Sendrecv sends send_buf block `dest` to dest and receives recv_buf
+  //   block `source` from source. Block k starts at k * block.
+  throw dtl::NotImplemented("alltoall_pairwise");
+}
+
+// The element types of the lab (lab02::Element): one instance per type.
+template void alltoall_pairwise<float>(MPI_Comm, std::span<const float>, std::span<float>, int);
+template void alltoall_pairwise<double>(MPI_Comm, std::span<const double>, std::span<double>, int);
+template void alltoall_pairwise<std::int32_t>(MPI_Comm, std::span<const std::int32_t>, std::span<std::int32_t>,
+                                              int);
+
+}  // namespace dtl::lab02

@@ -1,0 +1,81 @@
+// Lab 02, task C: reduce along a binomial tree.
+//
+// What this file teaches: a reduction is a gather that combines on the way.
+// Instead of forwarding its children's data, each rank adds (or takes the max or
+// min of) what its children send into its own vector and forwards one vector of
+// n bytes. With gamma the time to combine one byte:
+//
+//   linear (root receives P - 1 vectors)   (P-1) * (alpha + n * beta + n * gamma)
+//   binomial tree                          ceil(log2 P) * (alpha + n * beta + n * gamma)
+//
+//   P = 8, root 0 (vranks), the broadcast tree upside down:
+//     round 1:  1 ─▶ 0   3 ─▶ 2   5 ─▶ 4   7 ─▶ 6
+//     round 2:  2 ───▶ 0          6 ───▶ 4
+//     round 3:  4 ───────▶ 0
+//
+// Every non-root sends exactly one message; the root receives ceil(log2 P). The
+// tree is not bandwidth-optimal for large n (every round moves all n bytes):
+// reduce-scatter + gather (Rabenseifner) moves about 2n bytes in total, the same
+// trick as the scatter + allgather broadcast; lab 03 builds its ring allreduce
+// on that idea.
+//
+// Order of the operations. The tree combines in an order that depends on P and
+// the root, not rank 0 + rank 1 + ... This is fine for the three operators here,
+// which are commutative and associative — for integers, and for floating point
+// max and min. A floating-point sum is not associative (rounding), so results
+// can differ from MPI_Reduce's in the last bits; the tests use integer-valued
+// data, whose sums are exact in any order, to compare bit for bit.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/comm/mpi.h"
+#include "harness/error.h"
+#include "lab02/collectives.h"
+
+namespace dtl::lab02 {
+
+// TODO(student): Write a helper that combines `in` into `acc` element by element with `op`:
+//   acc[i] = acc[i] + in[i], max(acc[i], in[i]) or min(acc[i], in[i]). One loop per
+//   operator (a switch outside the loop) keeps the loops simple for the compiler.
+
+template <Element T>
+void reduce(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, ReduceOp op, int root, int tag) {
+  int rank = 0;
+  int size = 0;
+  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  DTL_REQUIRE_ARG(op == ReduceOp::kSum || op == ReduceOp::kMax || op == ReduceOp::kMin, "reduce", "op",
+                  "is " + std::to_string(static_cast<int>(op)) + ", not kSum, kMax or kMin");
+  DTL_REQUIRE_ARG(root >= 0 && root < size, "reduce", "root",
+                  "is " + std::to_string(root) + ", not a rank of a " + std::to_string(size) + "-rank communicator");
+  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "reduce", "tag", "must be in [0, 32767]");
+  DTL_REQUIRE_ARG(recv_buf.size() == send_buf.size() || (rank != root && recv_buf.empty()), "reduce", "recv_buf",
+                  "has " + std::to_string(recv_buf.size()) + " elements; send_buf has " +
+                      std::to_string(send_buf.size()) + " (on a rank other than the root it may also be empty)");
+  const int count = to_mpi_count(send_buf.size(), "reduce", "send_buf");
+  if (count == 0) return;
+  const MPI_Datatype type = mpi_datatype<T>();
+
+  // TODO(student): The gather tree, in relative ranks: for mask = 1, 2, 4, ... while mask < size,
+  //   if vrank has bit `mask` set, send your partial result to vrank - mask and stop;
+  //   otherwise, if vrank + mask < size, receive that child's partial result and
+  //   combine it into yours. A rank without children sends send_buf as it is. Keep the
+  //   partial result in recv_buf on the root and in a vector of your own elsewhere
+  //   (never write into send_buf). Cheapest: receive the first child's vector straight
+  //   into the partial result, then combine send_buf into it; later children go
+  //   through a scratch vector. With one rank, copy send_buf into recv_buf.
+  throw dtl::NotImplemented("reduce");
+}
+
+// The element types of the lab (lab02::Element): one instance per type.
+template void reduce<float>(MPI_Comm, std::span<const float>, std::span<float>, ReduceOp, int, int);
+template void reduce<double>(MPI_Comm, std::span<const double>, std::span<double>, ReduceOp, int, int);
+template void reduce<std::int32_t>(MPI_Comm, std::span<const std::int32_t>, std::span<std::int32_t>, ReduceOp, int,
+                                   int);
+
+}  // namespace dtl::lab02

@@ -1,0 +1,125 @@
+// Lab 02, task D: allgather, around a ring and by recursive doubling.
+//
+// What this file teaches: two schedules for "everyone gets everyone's block",
+// with the same bandwidth term and different latency terms. Each rank has a block
+// of b bytes; the result on every rank is n = P * b bytes, of which it must
+// receive the (P-1)/P that is not its own — no algorithm can do with less.
+//
+//   ring                (P-1) * alpha     + (P-1)/P * n * beta
+//   recursive doubling  log2(P) * alpha   + (P-1)/P * n * beta     (P a power of two)
+//
+// Ring, P = 4: in each step every rank sends right the block it received in the
+// step before (its own first) and receives a new one from the left.
+//
+//   step 0:  0 ─b0▶ 1 ─b1▶ 2 ─b2▶ 3 ─b3▶ 0
+//   step 1:  0 ─b3▶ 1 ─b0▶ 2 ─b1▶ 3 ─b2▶ 0
+//   step 2:  0 ─b2▶ 1 ─b3▶ 2 ─b0▶ 3 ─b1▶ 0
+//
+// Every link is busy in every step and no byte crosses a link twice, which is why
+// the ring is the bandwidth-optimal schedule (and the one NCCL uses), but it needs
+// P - 1 steps. Recursive doubling, P = 8: in step k every rank swaps all it has
+// (2^k blocks) with rank XOR 2^k, so the data held doubles each step:
+//
+//   step 0 (xor 1): {0}<->{1}        {2}<->{3}        {4}<->{5}  {6}<->{7}
+//   step 1 (xor 2): {0,1}<->{2,3}    {4,5}<->{6,7}
+//   step 2 (xor 4): {0,1,2,3}<->{4,5,6,7}
+//
+// log2 P steps, but only when P is a power of two (the partner rank ^ mask must
+// exist); other P need extra steps (MPICH folds the extra ranks in first).
+//
+// What it leaves out: the non-power-of-two variants of recursive doubling, and
+// Bruck's algorithm (ceil(log2 P) steps for any P, with a local rotation).
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "harness/comm/mpi.h"
+#include "harness/error.h"
+#include "lab02/collectives.h"
+
+namespace dtl::lab02 {
+
+template <Element T>
+void allgather_ring(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, int tag) {
+  int rank = 0;
+  int size = 0;
+  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "allgather_ring", "tag", "must be in [0, 32767]");
+  DTL_REQUIRE_ARG(recv_buf.size() == send_buf.size() * size, "allgather_ring", "recv_buf",
+                  "has " + std::to_string(recv_buf.size()) + " elements; it must hold " + std::to_string(size) +
+                      " blocks of send_buf.size() = " + std::to_string(send_buf.size()));
+  to_mpi_count(recv_buf.size(), "allgather_ring", "recv_buf");
+  if (send_buf.empty()) return;
+  const MPI_Datatype type = mpi_datatype<T>();
+  const std::size_t block = send_buf.size();
+  const int count = static_cast<int>(block);
+
+  // BEGIN SOLUTION(allgather_ring)
+  // | Copy send_buf into block `rank` of recv_buf. Then, for step = 0 .. size-2,
+  // | MPI_Sendrecv: send block (rank - step) mod size to right = (rank + 1) % size and
+  // | receive block (rank - step - 1) mod size from left = (rank - 1 + size) % size.
+  // | Block k starts at recv_buf.data() + k * block. Exactly size - 1 messages of one
+  // | block each: the tests count them.
+  std::copy(send_buf.begin(), send_buf.end(), recv_buf.begin() + static_cast<std::ptrdiff_t>(rank * block));
+  const int right = (rank + 1) % size;
+  const int left = (rank - 1 + size) % size;
+  for (int step = 0; step < size - 1; ++step) {
+    const int send_block = (rank - step + size) % size;
+    const int recv_block = (rank - step - 1 + size) % size;
+    DTL_MPI_CHECK(MPI_Sendrecv(recv_buf.data() + send_block * block, count, type, right, tag,  //
+                               recv_buf.data() + recv_block * block, count, type, left, tag, comm,
+                               MPI_STATUS_IGNORE));
+  }
+  // END SOLUTION
+}
+
+template <Element T>
+void allgather_recursive_doubling(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, int tag) {
+  int rank = 0;
+  int size = 0;
+  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  DTL_REQUIRE_ARG((size & (size - 1)) == 0, "allgather_recursive_doubling", "comm",
+                  "has " + std::to_string(size) +
+                      " ranks; recursive doubling needs a power of two (1, 2, 4, 8, ...): use allgather_ring");
+  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "allgather_recursive_doubling", "tag", "must be in [0, 32767]");
+  DTL_REQUIRE_ARG(recv_buf.size() == send_buf.size() * size, "allgather_recursive_doubling", "recv_buf",
+                  "has " + std::to_string(recv_buf.size()) + " elements; it must hold " + std::to_string(size) +
+                      " blocks of send_buf.size() = " + std::to_string(send_buf.size()));
+  to_mpi_count(recv_buf.size(), "allgather_recursive_doubling", "recv_buf");
+  if (send_buf.empty()) return;
+  const MPI_Datatype type = mpi_datatype<T>();
+  const std::size_t block = send_buf.size();
+
+  // BEGIN SOLUTION(allgather_recursive_doubling)
+  // | Copy send_buf into block `rank` of recv_buf. Then for mask = 1, 2, 4, ... < size:
+  // | you hold the `mask` blocks of your group, the ranks that agree with you on all
+  // | bits above the low ones: blocks [rank & ~(mask - 1), + mask). Your partner
+  // | rank ^ mask holds the group next to it, blocks [partner & ~(mask - 1), + mask).
+  // | Swap the two ranges with one MPI_Sendrecv.
+  std::copy(send_buf.begin(), send_buf.end(), recv_buf.begin() + static_cast<std::ptrdiff_t>(rank * block));
+  for (int mask = 1; mask < size; mask <<= 1) {
+    const int partner = rank ^ mask;
+    const std::size_t mine = static_cast<std::size_t>(rank & ~(mask - 1)) * block;
+    const std::size_t theirs = static_cast<std::size_t>(partner & ~(mask - 1)) * block;
+    const int count = static_cast<int>(mask * block);
+    DTL_MPI_CHECK(MPI_Sendrecv(recv_buf.data() + mine, count, type, partner, tag,  //
+                               recv_buf.data() + theirs, count, type, partner, tag, comm, MPI_STATUS_IGNORE));
+  }
+  // END SOLUTION
+}
+
+// The element types of the lab (lab02::Element): one instance of each function per type.
+template void allgather_ring<float>(MPI_Comm, std::span<const float>, std::span<float>, int);
+template void allgather_ring<double>(MPI_Comm, std::span<const double>, std::span<double>, int);
+template void allgather_ring<std::int32_t>(MPI_Comm, std::span<const std::int32_t>, std::span<std::int32_t>, int);
+template void allgather_recursive_doubling<float>(MPI_Comm, std::span<const float>, std::span<float>, int);
+template void allgather_recursive_doubling<double>(MPI_Comm, std::span<const double>, std::span<double>, int);
+template void allgather_recursive_doubling<std::int32_t>(MPI_Comm, std::span<const std::int32_t>,
+                                                         std::span<std::int32_t>, int);
+
+}  // namespace dtl::lab02

@@ -1,0 +1,197 @@
+// Lab 02, task A: broadcast from point-to-point messages.
+//
+// What this file teaches: the two broadcasts every MPI library carries, and why
+// it carries two. In the alpha-beta model of lab 01 (a message of n bytes costs
+// alpha + n * beta), with P ranks and L = ceil(log2 P):
+//
+//   binomial tree          L * alpha  +  L * n * beta
+//   scatter + allgather    (L + P - 1) * alpha  +  2 (P-1)/P * n * beta
+//
+// The tree is latency-optimal: L rounds is the least any broadcast can take,
+// since the number of ranks holding the data at most doubles per round. But it
+// sends the whole message in every round, so the bandwidth term grows with
+// log P. Van de Geijn's broadcast cuts the message into P chunks, scatters them
+// down the same tree (each rank gets n/P bytes) and then passes them around a
+// ring (P - 1 steps of n/P bytes): every byte crosses about two links whatever
+// P is, at the price of P - 1 extra latencies. Setting the two equal gives the
+// crossover
+//
+//   n* = (P - 1) * alpha / ((L - 2 (P-1)/P) * beta)
+//
+// which for P = 4 is 6 alpha / beta: about 176 KB with lab 01's fit over the
+// rendezvous sizes (alpha = 2.5 us, beta = 0.086 ns/B), the sizes a broadcast's
+// chunks have there. For P = 2 the denominator is 0: the tree always wins, and
+// broadcast() below never leaves it. (The model assumes every rank has its own
+// core and link; on the 2-core course machine the tree wins at 3 and 4 ranks too —
+// see labs/02_collectives/bench/RESULTS.md.)
+//
+// Relative ranks. Every tree here is drawn for root 0; with another root, rank
+// r plays the part of vrank = (r - root + P) mod P, and vrank v is real rank
+// (v + root) mod P. The binomial tree for P = 8 (vranks):
+//
+//   round 1:  0 ───────────────▶ 4
+//   round 2:  0 ───────▶ 2        4 ───────▶ 6
+//   round 3:  0 ─▶ 1     2 ─▶ 3   4 ─▶ 5     6 ─▶ 7
+//
+// vrank v receives from v minus its lowest set bit (its parent), then sends to
+// v + m for each power of two m below that bit, largest first (its children).
+//
+// What it leaves out: pipelining (cutting the message into segments so that a
+// chain or tree streams them; lab 03 does it for the ring), and the hierarchy
+// real libraries use across nodes.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "harness/comm/mpi.h"
+#include "harness/error.h"
+#include "lab02/collectives.h"
+
+namespace dtl::lab02 {
+
+template <Element T>
+void broadcast_binomial(MPI_Comm comm, std::span<T> buf, int root, int tag) {
+  int rank = 0;
+  int size = 0;
+  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  DTL_REQUIRE_ARG(root >= 0 && root < size, "broadcast_binomial", "root",
+                  "is " + std::to_string(root) + ", not a rank of a " + std::to_string(size) + "-rank communicator");
+  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "broadcast_binomial", "tag", "must be in [0, 32767]");
+  const int count = to_mpi_count(buf.size(), "broadcast_binomial", "buf");
+  if (count == 0) return;  // nothing to send (every rank has the same count)
+  const MPI_Datatype type = mpi_datatype<T>();
+
+  // BEGIN SOLUTION(broadcast_binomial)
+  // | Work in relative ranks, vrank = (rank - root + size) % size, so the root is 0.
+  // | Receive: find the lowest set bit `mask` of vrank (mask = 1, 2, 4, ... while
+  // | mask < size) and receive the whole buf from vrank - mask; the root has no such
+  // | bit. Send: for m = mask / 2 down to 1 (the root starts below the smallest power
+  // | of two >= size), send buf to vrank + m when that is < size. Convert back to a
+  // | real rank with (v + root) % size. Blocking MPI_Send/MPI_Recv are safe here: a
+  // | tree has no cycle of waits.
+  const int vrank = (rank - root + size) % size;
+  int mask = 1;
+  while (mask < size) {
+    if (vrank & mask) {
+      const int parent = (vrank - mask + root) % size;
+      DTL_MPI_CHECK(MPI_Recv(buf.data(), count, type, parent, tag, comm, MPI_STATUS_IGNORE));
+      break;
+    }
+    mask <<= 1;
+  }
+  // Largest subtree first: it has the most rounds still to go.
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (vrank + mask < size) {
+      const int child = (vrank + mask + root) % size;
+      DTL_MPI_CHECK(MPI_Send(buf.data(), count, type, child, tag, comm));
+    }
+  }
+  // END SOLUTION
+}
+
+template <Element T>
+void broadcast_scatter_allgather(MPI_Comm comm, std::span<T> buf, int root, int tag) {
+  int rank = 0;
+  int size = 0;
+  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  DTL_REQUIRE_ARG(root >= 0 && root < size, "broadcast_scatter_allgather", "root",
+                  "is " + std::to_string(root) + ", not a rank of a " + std::to_string(size) + "-rank communicator");
+  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "broadcast_scatter_allgather", "tag", "must be in [0, 32767]");
+  to_mpi_count(buf.size(), "broadcast_scatter_allgather", "buf");
+  if (buf.empty()) return;
+  const MPI_Datatype type = mpi_datatype<T>();
+
+  // BEGIN SOLUTION(broadcast_scatter_allgather)
+  // | Chunk k (for relative rank k) is buf[k * chunk, (k + 1) * chunk) with
+  // | chunk = ceil(n / size), clipped to n: the last chunks may be short or empty.
+  // | Chunks of consecutive vranks are adjacent in buf, so a subtree's chunks are one
+  // | contiguous range. (1) Binomial scatter, the loops of broadcast_binomial: vrank v
+  // | receives chunks [v, min(v + mask, size)) from its parent and sends chunks
+  // | [c, min(c + m, size)) to each child c = v + m. (2) Ring allgather: in step
+  // | s = 0 .. size-2 send chunk (vrank - s) to the right neighbour and receive chunk
+  // | (vrank - s - 1) from the left one (mod size), with MPI_Sendrecv. Send even when
+  // | a range is empty, so that both sides always agree on the messages.
+  const int vrank = (rank - root + size) % size;
+  const std::size_t n = buf.size();
+  const std::size_t chunk = (n + size - 1) / size;
+  // The elements of chunks [first, last) of buf, as a pointer and an MPI count.
+  auto chunks = [&](int first, int last) {
+    const std::size_t begin = std::min(n, static_cast<std::size_t>(first) * chunk);
+    const std::size_t end = std::min(n, static_cast<std::size_t>(last) * chunk);
+    return std::pair<T*, int>(buf.data() + begin, static_cast<int>(end - begin));
+  };
+
+  // (1) Scatter: the binomial tree, but each edge carries only the child's subtree.
+  int mask = 1;
+  while (mask < size) {
+    if (vrank & mask) {
+      const auto [data, elements] = chunks(vrank, std::min(vrank + mask, size));
+      const int parent = (vrank - mask + root) % size;
+      DTL_MPI_CHECK(MPI_Recv(data, elements, type, parent, tag, comm, MPI_STATUS_IGNORE));
+      break;
+    }
+    mask <<= 1;
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    const int child = vrank + mask;
+    if (child < size) {
+      const auto [data, elements] = chunks(child, std::min(child + mask, size));
+      DTL_MPI_CHECK(MPI_Send(data, elements, type, (child + root) % size, tag, comm));
+    }
+  }
+
+  // (2) Ring allgather: vrank v + 1 is real rank + 1, so the ring is the plain one.
+  // Step s passes on the chunk that arrived in step s - 1 (step 0: our own), so
+  // after size - 1 steps every chunk has visited every rank.
+  const int right = (rank + 1) % size;
+  const int left = (rank - 1 + size) % size;
+  for (int step = 0; step < size - 1; ++step) {
+    const int send_chunk = (vrank - step + size) % size;
+    const int recv_chunk = (vrank - step - 1 + size) % size;
+    const auto [send_data, send_elements] = chunks(send_chunk, send_chunk + 1);
+    const auto [recv_data, recv_elements] = chunks(recv_chunk, recv_chunk + 1);
+    DTL_MPI_CHECK(MPI_Sendrecv(send_data, send_elements, type, right, tag,  //
+                               recv_data, recv_elements, type, left, tag, comm, MPI_STATUS_IGNORE));
+  }
+  // END SOLUTION
+}
+
+template <Element T>
+void broadcast(MPI_Comm comm, std::span<T> buf, int root, int tag, std::size_t switch_bytes) {
+  int size = 0;
+  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  DTL_REQUIRE_ARG(root >= 0 && root < size, "broadcast", "root",
+                  "is " + std::to_string(root) + ", not a rank of a " + std::to_string(size) + "-rank communicator");
+  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "broadcast", "tag", "must be in [0, 32767]");
+
+  // BEGIN SOLUTION(broadcast)
+  // | With 3 or more ranks and buf.size_bytes() >= switch_bytes call
+  // | broadcast_scatter_allgather; otherwise broadcast_binomial. (With 1 or 2 ranks the
+  // | tree always wins: see the crossover formula at the top of this file.) Every rank
+  // | has the same size and arguments, so every rank makes the same choice.
+  if (size >= 3 && buf.size_bytes() >= switch_bytes) {
+    broadcast_scatter_allgather(comm, buf, root, tag);
+  } else {
+    broadcast_binomial(comm, buf, root, tag);
+  }
+  // END SOLUTION
+}
+
+// The element types of the lab (lab02::Element): one instance of each function per type.
+template void broadcast_binomial<float>(MPI_Comm, std::span<float>, int, int);
+template void broadcast_binomial<double>(MPI_Comm, std::span<double>, int, int);
+template void broadcast_binomial<std::int32_t>(MPI_Comm, std::span<std::int32_t>, int, int);
+template void broadcast_scatter_allgather<float>(MPI_Comm, std::span<float>, int, int);
+template void broadcast_scatter_allgather<double>(MPI_Comm, std::span<double>, int, int);
+template void broadcast_scatter_allgather<std::int32_t>(MPI_Comm, std::span<std::int32_t>, int, int);
+template void broadcast<float>(MPI_Comm, std::span<float>, int, int, std::size_t);
+template void broadcast<double>(MPI_Comm, std::span<double>, int, int, std::size_t);
+template void broadcast<std::int32_t>(MPI_Comm, std::span<std::int32_t>, int, int, std::size_t);
+
+}  // namespace dtl::lab02
