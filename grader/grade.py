@@ -444,10 +444,11 @@ def list_tests(binary: Path, patterns: list[str], work: Path) -> tuple[list[str]
     for line in result.output.splitlines():
         if not line.strip() or line.startswith(("[", "Note:", "Running main")):
             continue
+        # Typed and parameterized tests carry "  # TypeParam = ..." comments.
         if not line.startswith(" "):
-            suite = line.strip()
+            suite = line.split("#")[0].strip()
         else:
-            names.append(suite + line.strip().split()[0])
+            names.append(suite + line.split("#")[0].strip())
     return names, result.output
 
 
