@@ -80,6 +80,17 @@ std::string format_bytes(std::size_t bytes) {
   return out.str();
 }
 
+void require_tag(const char* function, int tag) {
+  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, function, "tag",
+                  "is " + std::to_string(tag) + "; it must be in [0, 32767]");
+}
+
+void require_rank(const char* function, const char* argument, int rank, int size) {
+  DTL_REQUIRE_ARG(rank >= 0 && rank < size, function, argument,
+                  "is " + std::to_string(rank) + ", not a rank of a " + std::to_string(size) +
+                      "-rank communicator");
+}
+
 int to_mpi_count(std::size_t count, const char* function, const char* argument) {
   DTL_REQUIRE_ARG(count <= static_cast<std::size_t>(INT_MAX), function, argument,
                   "has " + std::to_string(count) + " elements, more than MPI's int count allows");

@@ -110,6 +110,21 @@ MPI_Datatype mpi_datatype() {
 /// @return "1 MiB", "4 KiB" or "4097 B" (binary units only when exact).
 std::string format_bytes(std::size_t bytes);
 
+/// @brief Checks a message tag, the way every lab function does.
+/// @param[in] function the public function, named in the error.
+/// @param[in] tag the tag argument.
+/// @throws InvalidArgument unless 0 <= tag <= 32767 (the smallest MPI_TAG_UB
+///         the MPI standard allows, so the check holds for every MPI).
+void require_tag(const char* function, int tag);
+
+/// @brief Checks that a rank argument (a root, a peer) names a rank of the communicator.
+/// @param[in] function the public function, named in the error.
+/// @param[in] argument the argument's name, e.g. "root".
+/// @param[in] rank its value.
+/// @param[in] size the communicator's size.
+/// @throws InvalidArgument unless 0 <= rank < size.
+void require_rank(const char* function, const char* argument, int rank, int size);
+
 /// @brief Converts a size_t element count to the `int` MPI wants.
 /// @param[in] count the element count.
 /// @param[in] function the public function, named in the error.

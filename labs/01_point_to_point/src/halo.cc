@@ -25,7 +25,7 @@ void halo_exchange(MPI_Comm comm, std::span<double> field, std::size_t halo, boo
                   "has " + std::to_string(field.size()) + " cells; with halo " + std::to_string(halo) +
                       " it needs at least " + std::to_string(3 * halo) + " (two ghost regions and " +
                       std::to_string(halo) + " owned cells to send)");
-  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "halo_exchange", "tag", "must be in [0, 32767]");
+  require_tag("halo_exchange", tag);
   const int count = to_mpi_count(halo, "halo_exchange", "halo");
   int rank = 0;
   int size = 0;

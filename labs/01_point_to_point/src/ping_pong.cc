@@ -21,13 +21,12 @@ double ping_pong(MPI_Comm comm, std::span<const std::byte> send_buf, std::span<s
   int size = 0;
   DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
-  DTL_REQUIRE_ARG(initiator >= 0 && initiator < size, "ping_pong", "initiator",
-                  "is " + std::to_string(initiator) + ", not a rank of a " + std::to_string(size) + "-rank communicator");
+  require_rank("ping_pong", "initiator", initiator, size);
   DTL_REQUIRE_ARG(responder >= 0 && responder < size && responder != initiator, "ping_pong", "responder",
                   "is " + std::to_string(responder) + "; it must be a rank other than the initiator (" +
                       std::to_string(initiator) + ") in a " + std::to_string(size) + "-rank communicator");
   DTL_REQUIRE_ARG(iterations >= 1, "ping_pong", "iterations", "must be at least 1");
-  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "ping_pong", "tag", "must be in [0, 32767]");
+  require_tag("ping_pong", tag);
   DTL_REQUIRE_ARG(recv_buf.size() == send_buf.size(), "ping_pong", "recv_buf",
                   "has " + std::to_string(recv_buf.size()) + " bytes; send_buf has " +
                       std::to_string(send_buf.size()));

@@ -27,7 +27,7 @@ void ring_shift(MPI_Comm comm, std::span<const std::byte> send_buf, std::span<st
   DTL_REQUIRE_ARG(recv_buf.size() == send_buf.size(), "ring_shift", "recv_buf",
                   "has " + std::to_string(recv_buf.size()) + " bytes; send_buf has " +
                       std::to_string(send_buf.size()));
-  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "ring_shift", "tag", "must be in [0, 32767]");
+  require_tag("ring_shift", tag);
   const int count = to_mpi_count(send_buf.size(), "ring_shift", "send_buf");
   int rank = 0;
   int size = 0;

@@ -48,7 +48,7 @@ void allgather_ring(MPI_Comm comm, std::span<const T> send_buf, std::span<T> rec
   int size = 0;
   DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
-  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "allgather_ring", "tag", "must be in [0, 32767]");
+  require_tag("allgather_ring", tag);
   DTL_REQUIRE_ARG(recv_buf.size() == send_buf.size() * size, "allgather_ring", "recv_buf",
                   "has " + std::to_string(recv_buf.size()) + " elements; it must hold " + std::to_string(size) +
                       " blocks of send_buf.size() = " + std::to_string(send_buf.size()));
@@ -75,7 +75,7 @@ void allgather_recursive_doubling(MPI_Comm comm, std::span<const T> send_buf, st
   DTL_REQUIRE_ARG((size & (size - 1)) == 0, "allgather_recursive_doubling", "comm",
                   "has " + std::to_string(size) +
                       " ranks; recursive doubling needs a power of two (1, 2, 4, 8, ...): use allgather_ring");
-  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "allgather_recursive_doubling", "tag", "must be in [0, 32767]");
+  require_tag("allgather_recursive_doubling", tag);
   DTL_REQUIRE_ARG(recv_buf.size() == send_buf.size() * size, "allgather_recursive_doubling", "recv_buf",
                   "has " + std::to_string(recv_buf.size()) + " elements; it must hold " + std::to_string(size) +
                       " blocks of send_buf.size() = " + std::to_string(send_buf.size()));

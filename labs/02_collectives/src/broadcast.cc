@@ -59,9 +59,8 @@ void broadcast_binomial(MPI_Comm comm, std::span<T> buf, int root, int tag) {
   int size = 0;
   DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
-  DTL_REQUIRE_ARG(root >= 0 && root < size, "broadcast_binomial", "root",
-                  "is " + std::to_string(root) + ", not a rank of a " + std::to_string(size) + "-rank communicator");
-  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "broadcast_binomial", "tag", "must be in [0, 32767]");
+  require_rank("broadcast_binomial", "root", root, size);
+  require_tag("broadcast_binomial", tag);
   const int count = to_mpi_count(buf.size(), "broadcast_binomial", "buf");
   if (count == 0) return;  // nothing to send (every rank has the same count)
   const MPI_Datatype type = mpi_datatype<T>();
@@ -82,9 +81,8 @@ void broadcast_scatter_allgather(MPI_Comm comm, std::span<T> buf, int root, int 
   int size = 0;
   DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
-  DTL_REQUIRE_ARG(root >= 0 && root < size, "broadcast_scatter_allgather", "root",
-                  "is " + std::to_string(root) + ", not a rank of a " + std::to_string(size) + "-rank communicator");
-  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "broadcast_scatter_allgather", "tag", "must be in [0, 32767]");
+  require_rank("broadcast_scatter_allgather", "root", root, size);
+  require_tag("broadcast_scatter_allgather", tag);
   to_mpi_count(buf.size(), "broadcast_scatter_allgather", "buf");
   if (buf.empty()) return;
   const MPI_Datatype type = mpi_datatype<T>();
@@ -105,9 +103,8 @@ template <Element T>
 void broadcast(MPI_Comm comm, std::span<T> buf, int root, int tag, std::size_t switch_bytes) {
   int size = 0;
   DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
-  DTL_REQUIRE_ARG(root >= 0 && root < size, "broadcast", "root",
-                  "is " + std::to_string(root) + ", not a rank of a " + std::to_string(size) + "-rank communicator");
-  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "broadcast", "tag", "must be in [0, 32767]");
+  require_rank("broadcast", "root", root, size);
+  require_tag("broadcast", tag);
 
   // TODO(student): With 3 or more ranks and buf.size_bytes() >= switch_bytes call
   //   broadcast_scatter_allgather; otherwise broadcast_binomial. (With 1 or 2 ranks the

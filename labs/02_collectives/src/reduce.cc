@@ -51,9 +51,8 @@ void reduce(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, R
   DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
   DTL_REQUIRE_ARG(op == ReduceOp::kSum || op == ReduceOp::kMax || op == ReduceOp::kMin, "reduce", "op",
                   "is " + std::to_string(static_cast<int>(op)) + ", not kSum, kMax or kMin");
-  DTL_REQUIRE_ARG(root >= 0 && root < size, "reduce", "root",
-                  "is " + std::to_string(root) + ", not a rank of a " + std::to_string(size) + "-rank communicator");
-  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "reduce", "tag", "must be in [0, 32767]");
+  require_rank("reduce", "root", root, size);
+  require_tag("reduce", tag);
   DTL_REQUIRE_ARG(recv_buf.size() == send_buf.size() || (rank != root && recv_buf.empty()), "reduce", "recv_buf",
                   "has " + std::to_string(recv_buf.size()) + " elements; send_buf has " +
                       std::to_string(send_buf.size()) + " (on a rank other than the root it may also be empty)");

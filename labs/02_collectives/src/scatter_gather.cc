@@ -51,9 +51,8 @@ void scatter(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, 
   int size = 0;
   DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
-  DTL_REQUIRE_ARG(root >= 0 && root < size, "scatter", "root",
-                  "is " + std::to_string(root) + ", not a rank of a " + std::to_string(size) + "-rank communicator");
-  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "scatter", "tag", "must be in [0, 32767]");
+  require_rank("scatter", "root", root, size);
+  require_tag("scatter", tag);
   const std::size_t total = recv_buf.size() * static_cast<std::size_t>(size);
   DTL_REQUIRE_ARG(send_buf.size() == total || (rank != root && send_buf.empty()), "scatter", "send_buf",
                   "has " + std::to_string(send_buf.size()) + " elements; it must hold " + std::to_string(size) +
@@ -80,9 +79,8 @@ void gather(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, i
   int size = 0;
   DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
-  DTL_REQUIRE_ARG(root >= 0 && root < size, "gather", "root",
-                  "is " + std::to_string(root) + ", not a rank of a " + std::to_string(size) + "-rank communicator");
-  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "gather", "tag", "must be in [0, 32767]");
+  require_rank("gather", "root", root, size);
+  require_tag("gather", tag);
   const std::size_t total = send_buf.size() * static_cast<std::size_t>(size);
   DTL_REQUIRE_ARG(recv_buf.size() == total || (rank != root && recv_buf.empty()), "gather", "recv_buf",
                   "has " + std::to_string(recv_buf.size()) + " elements; it must hold " + std::to_string(size) +

@@ -44,7 +44,7 @@ void alltoall_pairwise(MPI_Comm comm, std::span<const T> send_buf, std::span<T> 
   int size = 0;
   DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
-  DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, "alltoall_pairwise", "tag", "must be in [0, 32767]");
+  require_tag("alltoall_pairwise", tag);
   DTL_REQUIRE_ARG(send_buf.size() % static_cast<std::size_t>(size) == 0, "alltoall_pairwise", "send_buf",
                   "has " + std::to_string(send_buf.size()) + " elements, not " + std::to_string(size) +
                       " blocks of equal size");
