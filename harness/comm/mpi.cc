@@ -80,6 +80,20 @@ std::string format_bytes(std::size_t bytes) {
   return out.str();
 }
 
+RankSize rank_and_size(MPI_Comm comm) {
+  RankSize place{0, 0};
+  DTL_MPI_CHECK(MPI_Comm_rank(comm, &place.rank));
+  DTL_MPI_CHECK(MPI_Comm_size(comm, &place.size));
+  return place;
+}
+
+void require_blocks(const char* function, const char* argument, std::size_t elements, std::size_t block,
+                    int blocks) {
+  DTL_REQUIRE_ARG(elements == block * static_cast<std::size_t>(blocks), function, argument,
+                  "has " + std::to_string(elements) + " elements; it must hold " + std::to_string(blocks) +
+                      " blocks of " + std::to_string(block));
+}
+
 void require_tag(const char* function, int tag) {
   DTL_REQUIRE_ARG(tag >= 0 && tag <= 32767, function, "tag",
                   "is " + std::to_string(tag) + "; it must be in [0, 32767]");

@@ -110,6 +110,30 @@ MPI_Datatype mpi_datatype() {
 /// @return "1 MiB", "4 KiB" or "4097 B" (binary units only when exact).
 std::string format_bytes(std::size_t bytes);
 
+/// @brief This process's place in a communicator.
+struct RankSize {
+  int rank;  ///< this process's rank in the communicator
+  int size;  ///< the number of processes in it
+};
+
+/// @brief The rank and size of `comm`, the first lines of every lab function:
+/// `const auto [rank, size] = rank_and_size(comm);`
+/// @param[in] comm any communicator.
+/// @return this process's rank and the communicator's size.
+/// @throws MpiError if MPI cannot tell (e.g. `comm` is MPI_COMM_NULL on an
+///         MPI_ERRORS_RETURN handler).
+RankSize rank_and_size(MPI_Comm comm);
+
+/// @brief Checks that a buffer holds exactly `blocks` blocks of `block` elements.
+/// @param[in] function the public function, named in the error.
+/// @param[in] argument the buffer's name, e.g. "recv_buf".
+/// @param[in] elements the buffer's size in elements.
+/// @param[in] block the elements of one block.
+/// @param[in] blocks how many blocks it must hold (usually the communicator size).
+/// @throws InvalidArgument unless elements == block * blocks.
+void require_blocks(const char* function, const char* argument, std::size_t elements, std::size_t block,
+                    int blocks);
+
 /// @brief Checks a message tag, the way every lab function does.
 /// @param[in] function the public function, named in the error.
 /// @param[in] tag the tag argument.

@@ -27,10 +27,7 @@ void halo_exchange(MPI_Comm comm, std::span<double> field, std::size_t halo, boo
                       std::to_string(halo) + " owned cells to send)");
   require_tag("halo_exchange", tag);
   const int count = to_mpi_count(halo, "halo_exchange", "halo");
-  int rank = 0;
-  int size = 0;
-  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  const auto [rank, size] = rank_and_size(comm);
   if (halo == 0) return;
   const std::size_t n = field.size() - 2 * halo;  // owned cells
 

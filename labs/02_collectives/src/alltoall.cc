@@ -40,10 +40,7 @@ namespace dtl::lab02 {
 
 template <Element T>
 void alltoall_pairwise(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, int tag) {
-  int rank = 0;
-  int size = 0;
-  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  const auto [rank, size] = rank_and_size(comm);
   require_tag("alltoall_pairwise", tag);
   DTL_REQUIRE_ARG(send_buf.size() % static_cast<std::size_t>(size) == 0, "alltoall_pairwise", "send_buf",
                   "has " + std::to_string(send_buf.size()) + " elements, not " + std::to_string(size) +

@@ -45,10 +45,7 @@ namespace dtl::lab02 {
 
 template <Element T>
 void reduce(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, ReduceOp op, int root, int tag) {
-  int rank = 0;
-  int size = 0;
-  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  const auto [rank, size] = rank_and_size(comm);
   DTL_REQUIRE_ARG(op == ReduceOp::kSum || op == ReduceOp::kMax || op == ReduceOp::kMin, "reduce", "op",
                   "is " + std::to_string(static_cast<int>(op)) + ", not kSum, kMax or kMin");
   require_rank("reduce", "root", root, size);

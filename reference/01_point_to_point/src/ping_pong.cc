@@ -17,10 +17,7 @@ namespace dtl::lab01 {
 
 double ping_pong(MPI_Comm comm, std::span<const std::byte> send_buf, std::span<std::byte> recv_buf,
                  int initiator, int responder, int iterations, int tag) {
-  int rank = 0;
-  int size = 0;
-  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  const auto [rank, size] = rank_and_size(comm);
   require_rank("ping_pong", "initiator", initiator, size);
   DTL_REQUIRE_ARG(responder >= 0 && responder < size && responder != initiator, "ping_pong", "responder",
                   "is " + std::to_string(responder) + "; it must be a rank other than the initiator (" +

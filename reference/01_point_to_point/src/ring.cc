@@ -29,10 +29,7 @@ void ring_shift(MPI_Comm comm, std::span<const std::byte> send_buf, std::span<st
                       std::to_string(send_buf.size()));
   require_tag("ring_shift", tag);
   const int count = to_mpi_count(send_buf.size(), "ring_shift", "send_buf");
-  int rank = 0;
-  int size = 0;
-  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  const auto [rank, size] = rank_and_size(comm);
 
   // BEGIN SOLUTION(ring_shift)
   // | Send to right = (rank + 1) % size and receive from left = (rank - 1 + size) % size

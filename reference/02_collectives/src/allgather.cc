@@ -44,14 +44,9 @@ namespace dtl::lab02 {
 
 template <Element T>
 void allgather_ring(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, int tag) {
-  int rank = 0;
-  int size = 0;
-  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  const auto [rank, size] = rank_and_size(comm);
   require_tag("allgather_ring", tag);
-  DTL_REQUIRE_ARG(recv_buf.size() == send_buf.size() * size, "allgather_ring", "recv_buf",
-                  "has " + std::to_string(recv_buf.size()) + " elements; it must hold " + std::to_string(size) +
-                      " blocks of send_buf.size() = " + std::to_string(send_buf.size()));
+  require_blocks("allgather_ring", "recv_buf", recv_buf.size(), send_buf.size(), size);
   to_mpi_count(recv_buf.size(), "allgather_ring", "recv_buf");
   if (send_buf.empty()) return;
   const MPI_Datatype type = mpi_datatype<T>();
@@ -79,17 +74,12 @@ void allgather_ring(MPI_Comm comm, std::span<const T> send_buf, std::span<T> rec
 
 template <Element T>
 void allgather_recursive_doubling(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, int tag) {
-  int rank = 0;
-  int size = 0;
-  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  const auto [rank, size] = rank_and_size(comm);
   DTL_REQUIRE_ARG((size & (size - 1)) == 0, "allgather_recursive_doubling", "comm",
                   "has " + std::to_string(size) +
                       " ranks; recursive doubling needs a power of two (1, 2, 4, 8, ...): use allgather_ring");
   require_tag("allgather_recursive_doubling", tag);
-  DTL_REQUIRE_ARG(recv_buf.size() == send_buf.size() * size, "allgather_recursive_doubling", "recv_buf",
-                  "has " + std::to_string(recv_buf.size()) + " elements; it must hold " + std::to_string(size) +
-                      " blocks of send_buf.size() = " + std::to_string(send_buf.size()));
+  require_blocks("allgather_recursive_doubling", "recv_buf", recv_buf.size(), send_buf.size(), size);
   to_mpi_count(recv_buf.size(), "allgather_recursive_doubling", "recv_buf");
   if (send_buf.empty()) return;
   const MPI_Datatype type = mpi_datatype<T>();

@@ -55,10 +55,7 @@ namespace dtl::lab02 {
 
 template <Element T>
 void broadcast_binomial(MPI_Comm comm, std::span<T> buf, int root, int tag) {
-  int rank = 0;
-  int size = 0;
-  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  const auto [rank, size] = rank_and_size(comm);
   require_rank("broadcast_binomial", "root", root, size);
   require_tag("broadcast_binomial", tag);
   const int count = to_mpi_count(buf.size(), "broadcast_binomial", "buf");
@@ -95,10 +92,7 @@ void broadcast_binomial(MPI_Comm comm, std::span<T> buf, int root, int tag) {
 
 template <Element T>
 void broadcast_scatter_allgather(MPI_Comm comm, std::span<T> buf, int root, int tag) {
-  int rank = 0;
-  int size = 0;
-  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  const auto [rank, size] = rank_and_size(comm);
   require_rank("broadcast_scatter_allgather", "root", root, size);
   require_tag("broadcast_scatter_allgather", tag);
   to_mpi_count(buf.size(), "broadcast_scatter_allgather", "buf");
@@ -162,8 +156,7 @@ void broadcast_scatter_allgather(MPI_Comm comm, std::span<T> buf, int root, int 
 
 template <Element T>
 void broadcast(MPI_Comm comm, std::span<T> buf, int root, int tag, std::size_t switch_bytes) {
-  int size = 0;
-  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  const int size = rank_and_size(comm).size;
   require_rank("broadcast", "root", root, size);
   require_tag("broadcast", tag);
 

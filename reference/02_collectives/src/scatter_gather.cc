@@ -47,10 +47,7 @@ namespace dtl::lab02 {
 
 template <Element T>
 void scatter(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, int root, int tag) {
-  int rank = 0;
-  int size = 0;
-  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  const auto [rank, size] = rank_and_size(comm);
   require_rank("scatter", "root", root, size);
   require_tag("scatter", tag);
   const std::size_t total = recv_buf.size() * static_cast<std::size_t>(size);
@@ -115,10 +112,7 @@ void scatter(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, 
 
 template <Element T>
 void gather(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, int root, int tag) {
-  int rank = 0;
-  int size = 0;
-  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  const auto [rank, size] = rank_and_size(comm);
   require_rank("gather", "root", root, size);
   require_tag("gather", tag);
   const std::size_t total = send_buf.size() * static_cast<std::size_t>(size);
