@@ -3,7 +3,9 @@
 #   dtl_add_lab(RANKS 1 2 3 4 [HIDDEN_RANKS 5 6] TIMEOUT 120 [LIBS extra targets])
 #
 # From the lab's folder name (NN_topic) it builds, for each flavor F in {student, reference}:
-#   dtl_labNN_F        library from labs/NN_topic/src/*.cc or reference/NN_topic/src/*.cc
+#   dtl_labNN_F        library from labs/NN_topic/src/*.cc or reference/NN_topic/src/*.cc,
+#                      plus src/*.cu where CUDA is built (DTL_HAVE_CUDA; the library
+#                      then links dtl::cuda and defines DTL_LAB_HAS_CUDA=1)
 #   labNN_F_test       every tests/*_test.cc, with the MPI gtest main and the PMPI tracer
 #   labNN_F_hidden     grader/hidden/NN_topic/*_test.cc when that folder exists
 #   labNN_bench        bench/*_bench.cc against the reference (./dtl bench NN)
@@ -41,6 +43,19 @@ function(dtl_add_lab)
 
   file(GLOB student_src CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/*.cc)
   file(GLOB reference_src CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/reference/${lab_name}/src/*.cc)
+  # CUDA sources: compiled wherever nvcc is (CI has nvcc and no GPU), left out otherwise.
+  set(has_cuda OFF)
+  if(DTL_HAVE_CUDA)
+    file(GLOB student_cu CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/*.cu)
+    file(GLOB reference_cu CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/reference/${lab_name}/src/*.cu)
+    list(APPEND student_src ${student_cu})
+    if(reference_src)
+      list(APPEND reference_src ${reference_cu})
+    endif()
+    if(student_cu)
+      set(has_cuda ON)
+    endif()
+  endif()
   file(GLOB test_src CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/tests/*_test.cc)
   file(GLOB gpu_src CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/tests/*_gpu_test.cc)
   if(gpu_src)
@@ -58,10 +73,16 @@ function(dtl_add_lab)
     add_library(${lib} STATIC ${${flavor}_src})
     target_include_directories(${lib} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include)
     target_link_libraries(${lib} PUBLIC dtl::harness ${ARG_LIBS})
+    if(has_cuda)
+      target_link_libraries(${lib} PUBLIC dtl::cuda)
+      target_compile_definitions(${lib} PUBLIC DTL_LAB_HAS_CUDA=1)
+    endif()
     if(flavor STREQUAL "student")
       # A skeleton leaves parameters and locals unused until the TODOs are done.
-      target_compile_options(${lib} PRIVATE -Wno-unused-parameter -Wno-unused-variable
-                                            -Wno-unused-but-set-variable)
+      set(quiet -Wno-unused-parameter -Wno-unused-variable -Wno-unused-but-set-variable)
+      list(JOIN quiet "," quiet_cuda)
+      target_compile_options(${lib} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${quiet}>
+                                            $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=${quiet_cuda}>)
     endif()
 
     set(kinds test)
