@@ -33,10 +33,11 @@ RingStep ring_step(int rank, int world_size, int step) {
   DTL_REQUIRE_ARG(step >= 0 && step < 2 * (world_size - 1), "ring_step", "step",
                   "is " + std::to_string(step) + "; it must be in [0, 2(P-1)) = [0, " +
                       std::to_string(2 * (world_size - 1)) + ")");
-  // TODO(student): Chunk indices are taken mod P (add P before % to stay non-negative).
-  //   Reduce-scatter, steps s = 0 .. P-2: send chunk rank-s-1, receive chunk rank-s-2, reduce.
-  //   Allgather, steps s = P-1 .. 2P-3, with t = s-(P-1): send chunk rank-t, receive
-  //   chunk rank-t-1, copy. Check: the last reduce-scatter step receives chunk rank.
+  // TODO(student): Derive the table from three facts (see the figure at the top of this file):
+  //   what a rank receives at one step is what it sends at the next; what rank r
+  //   sends is what rank r+1 receives; the last reduce-scatter step (P-2) must
+  //   deliver chunk `rank` to rank `rank`, complete. The allgather half starts by
+  //   sending that chunk. Take chunk indices mod P, keeping them non-negative.
   throw dtl::NotImplemented("ring_step");
 }
 

@@ -82,6 +82,17 @@ constexpr std::size_t chunk_count(std::size_t count, int world_size, int chunk) 
   return chunk_begin(count, world_size, chunk + 1) - chunk_begin(count, world_size, chunk);
 }
 
+/// @brief Chunk `chunk` of `buf` as a span (the layout of chunk_begin()).
+/// @tparam T the element type.
+/// @param[in] buf the whole buffer.
+/// @param[in] world_size P, the number of chunks (>= 1).
+/// @param[in] chunk the chunk index, in [0, P).
+/// @return the view of elements [chunk_begin(chunk), chunk_begin(chunk + 1)) of `buf`.
+template <typename T>
+std::span<T> chunk_span(std::span<T> buf, int world_size, int chunk) {
+  return buf.subspan(chunk_begin(buf.size(), world_size, chunk), chunk_count(buf.size(), world_size, chunk));
+}
+
 // ---------------------------------------------------------------------------
 // Task A: the schedule (ring_schedule.cc)
 // ---------------------------------------------------------------------------

@@ -1,0 +1,151 @@
+/// @file
+/// @brief Checks every collective test repeats: element types, integer-valued data,
+/// the tracer's proof that no vendor collective was called, tags, counts over ranks.
+///
+/// Labs 02 and 03 (and any lab that builds a collective from point-to-point
+/// messages) test the same way: sweep float, double and int32; make integer
+/// values whose sums are exact in any order, so results compare bit-exact with
+/// the vendor's; run the code under test with the tracer's counters reset; and
+/// check from the counts that it called no vendor collective, kept to its tag,
+/// and sent what its algorithm says. The vendor's collective, the oracle, is
+/// called by the test after the counts were taken, so it is never held against
+/// the code under test.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "harness/comm/mpi.h"
+#include "harness/testing/mpi_test.h"
+#include "harness/testing/mpi_tracer.h"
+
+namespace dtl::testing {
+
+/// @brief Calls `check(std::type_identity<T>{})` for T = float, double and std::int32_t.
+///
+/// In the lambda, `using T = typename decltype(type)::type;` names the type.
+/// @tparam F a callable taking std::type_identity<T>.
+/// @param[in] check the per-type test body.
+template <typename F>
+void for_each_type(F&& check) {
+  check(std::type_identity<float>{});
+  check(std::type_identity<double>{});
+  check(std::type_identity<std::int32_t>{});
+}
+
+/// @brief The element type's name for failure messages.
+/// @tparam T float, double or std::int32_t.
+/// @return "float", "double" or "int32".
+template <typename T>
+std::string type_name() {
+  if constexpr (std::is_same_v<T, float>) return "float";
+  else if constexpr (std::is_same_v<T, double>) return "double";
+  else return "int32";
+}
+
+/// @brief `n` integer values in [-125, 125] that differ with `seed` (use the rank).
+///
+/// Sums of up to 8 of them are exact in float, so any summation order gives the
+/// same bits and results compare bit-exact with the vendor's.
+/// @tparam T the element type.
+/// @param[in] n how many.
+/// @param[in] seed varies the values (pass the rank).
+/// @return the values.
+template <typename T>
+std::vector<T> values(std::size_t n, int seed) {
+  std::vector<T> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    v[i] = static_cast<T>(static_cast<int>((i * 131 + static_cast<std::size_t>(seed) * 37 + 1) % 251) - 125);
+  }
+  return v;
+}
+
+/// @brief Runs `call` (the code under test) with the tracer's counters reset right before.
+/// @tparam F a callable taking no arguments.
+/// @param[in] call the code under test.
+/// @return this rank's counts of what `call` did.
+template <typename F>
+dtl::trace::Counts traced(F&& call) {
+  dtl::trace::reset_counts();
+  call();
+  return dtl::trace::counts();
+}
+
+/// @brief The vendor collectives a lab's own collective must not call.
+/// @return the blocking ones, their nonblocking I-forms and the scans; the tracer traces each.
+inline const std::vector<std::string>& vendor_collectives() {
+  static const std::vector<std::string> names = {
+      "MPI_Bcast",     "MPI_Ibcast",      "MPI_Scatter",   "MPI_Scatterv",   "MPI_Iscatter",
+      "MPI_Iscatterv", "MPI_Gather",      "MPI_Gatherv",   "MPI_Igather",    "MPI_Igatherv",
+      "MPI_Reduce",    "MPI_Ireduce",     "MPI_Allreduce", "MPI_Iallreduce", "MPI_Allgather",
+      "MPI_Allgatherv", "MPI_Iallgather", "MPI_Iallgatherv", "MPI_Alltoall", "MPI_Alltoallv",
+      "MPI_Ialltoall", "MPI_Ialltoallv",  "MPI_Reduce_scatter", "MPI_Reduce_scatter_block",
+      "MPI_Ireduce_scatter", "MPI_Ireduce_scatter_block", "MPI_Scan", "MPI_Exscan", "MPI_Iscan"};
+  return names;
+}
+
+/// @brief Success unless the code under test called a vendor collective.
+/// @param[in] counts what traced() returned.
+/// @param[in] what the function under test, for the message.
+/// @return a failure naming the vendor collective and how often it was called.
+inline ::testing::AssertionResult no_vendor_collective(const dtl::trace::Counts& counts, const std::string& what) {
+  for (const auto& name : vendor_collectives()) {
+    if (counts.count(name) > 0) {
+      return ::testing::AssertionFailure()
+             << "rank " << comm().rank() << ": " << what << " called " << name << " (" << counts.count(name)
+             << " time(s)): build it from point-to-point messages (MPI_Send, MPI_Recv, MPI_Sendrecv, "
+                "MPI_Isend, MPI_Irecv, MPI_Wait*), not the vendor's collective";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+/// @brief Success if every message carried `tag` and no receive used a wildcard.
+/// @param[in] counts what traced() returned.
+/// @param[in] tag the tag every message must carry.
+/// @param[in] what the function under test, for the message.
+/// @return a failure naming the wrong tag, or the wildcard receive.
+inline ::testing::AssertionResult only_tag(const dtl::trace::Counts& counts, int tag, const std::string& what) {
+  for (const auto& [sent_tag, n] : counts.sends_by_tag) {
+    if (sent_tag != tag) {
+      return ::testing::AssertionFailure() << "rank " << comm().rank() << ": " << what << " sent " << n
+                                           << " message(s) with tag " << sent_tag << "; every message must carry "
+                                           << "the tag argument, " << tag;
+    }
+  }
+  if (counts.any_source_receives + counts.any_tag_receives > 0) {
+    return ::testing::AssertionFailure() << "rank " << comm().rank() << ": " << what
+                                         << " received with MPI_ANY_SOURCE or MPI_ANY_TAG; name the peer and the tag";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+/// @brief Receive calls of any kind (a MPI_Sendrecv counts as one receive).
+/// @param[in] counts what traced() returned.
+/// @return MPI_Recv + MPI_Irecv + MPI_Sendrecv + MPI_Sendrecv_replace calls.
+inline std::int64_t receives(const dtl::trace::Counts& counts) {
+  return counts.count("MPI_Recv") + counts.count("MPI_Irecv") + counts.count("MPI_Sendrecv") +
+         counts.count("MPI_Sendrecv_replace");
+}
+
+/// @brief The sum of `mine` over the ranks of comm() (collective; the test's own MPI_Allreduce).
+/// @param[in] mine this rank's term.
+/// @return the sum, on every rank.
+inline std::int64_t sum_over_ranks(std::int64_t mine) {
+  std::int64_t sum = 0;
+  DTL_MPI_CHECK(MPI_Allreduce(&mine, &sum, 1, MPI_INT64_T, MPI_SUM, comm()));
+  return sum;
+}
+
+/// @brief Whether a sweep should go on (collective).
+/// @return false on every rank once any rank has a failure in this test, so one
+///         mistake gives one report, not a hundred.
+inline bool keep_going() { return dtl::testing::all_ranks(!::testing::Test::HasFailure()); }
+
+}  // namespace dtl::testing

@@ -1,0 +1,130 @@
+// Lab 03, task B: the ring allreduce = ring reduce-scatter + ring allgather.
+//
+// What this file teaches: the allreduce that moves the fewest bytes. Every rank
+// holds n elements; the buffer is cut into P chunks (chunk_begin() in ring.h).
+//
+//   reduce-scatter (P-1 steps)            allgather (P-1 steps)
+//   send a chunk right,                   send the chunk finished last,
+//   receive one from the left into        receive the next finished one from
+//   scratch, add it into buf              the left straight into buf
+//
+// P = 3, chunks a b c (chunks 0, 1, 2); "a12" is chunk a summed over ranks 1 and 2.
+// Each rank receives from its left neighbour (rank 0's left is rank 2):
+//
+//              rank 0             rank 1             rank 2
+//   start      a0  b0  c0         a1  b1  c1         a2  b2  c2
+//   RS step 0  gets b2:   b02     gets c0:   c01     gets a1:   a12
+//   RS step 1  gets a12:  a012    gets b02:  b012    gets c01:  c012   <- rank r owns chunk r
+//   AG step 0  gets c012          gets a012          gets b012
+//   AG step 1  gets b012          gets c012          gets a012         <- every rank has all
+//
+// The rule behind the table (ring_step()): at reduce-scatter step s rank r
+// receives chunk r-s-2, to which its left neighbour added its own contribution
+// at step s-1; after P-1 steps chunk r has passed through all P ranks and ends,
+// complete, on rank r. The allgather sends each complete chunk once more around.
+//
+// Bytes: each step sends one chunk, about n/P elements, so each rank sends
+// 2(P-1)/P n in all. Any allreduce must do at least that much (see the handout:
+// each rank must send out (P-1)/P n to be reduced elsewhere and receive (P-1)/P n
+// of results), so the ring is bandwidth-optimal; its price is 2(P-1) latencies,
+// which is why small messages use trees instead (lab 02's reduce + broadcast).
+//
+// Why MPI_Sendrecv: every rank sends and receives in the same step; a blocking
+// MPI_Send first would deadlock the ring beyond the eager limit (lab 01).
+//
+// What it leaves out: overlapping the send of one piece with the addition of the
+// next (ring_segmented.cc), and several rings at once (NCCL's channels).
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "harness/comm/mpi.h"
+#include "harness/error.h"
+#include "lab03/ring.h"
+
+namespace dtl::lab03 {
+template <Element T>
+void reduce_scatter_ring(MPI_Comm comm, std::span<T> buf, Op op, int tag) {
+  const auto [rank, size] = rank_and_size(comm);
+  require_tag("reduce_scatter_ring", tag);
+  to_mpi_count(buf.size(), "reduce_scatter_ring", "buf");
+  if (buf.empty()) return;
+  const MPI_Datatype type = mpi_datatype<T>();
+  const int right = (rank + 1) % size;
+  const int left = (rank - 1 + size) % size;
+
+  // BEGIN SOLUTION(reduce_scatter_ring)
+  // | Scratch for one chunk (the largest is chunk 0). For step = 0 .. size-2:
+  // | s = ring_step(rank, size, step); MPI_Sendrecv chunk s.send_chunk of buf to
+  // | `right` and receive chunk s.recv_chunk's size into scratch from `left`; then
+  // | add scratch into chunk s.recv_chunk of buf. Every step sends one message,
+  // | even an empty one (count < size leaves chunks empty): the tests count them.
+  // | With Op::kAvg divide your own chunk (`rank`) by size at the very end, once.
+  std::vector<T> scratch(chunk_count(buf.size(), size, 0));
+  for (int step = 0; step < size - 1; ++step) {
+    const RingStep s = ring_step(rank, size, step);
+    const std::span<T> out = chunk_span(buf, size, s.send_chunk);
+    const std::span<T> in = chunk_span(buf, size, s.recv_chunk);
+    // Receive into scratch, not into buf: the chunk in buf holds our own
+    // contribution, which the incoming partial sum is added to.
+    DTL_MPI_CHECK(MPI_Sendrecv(out.data(), static_cast<int>(out.size()), type, right, tag,  //
+                               scratch.data(), static_cast<int>(in.size()), type, left, tag, comm,
+                               MPI_STATUS_IGNORE));
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] += scratch[i];
+  }
+  if (op == Op::kAvg) {
+    // Divide once, after the sum is complete: dividing each contribution first
+    // would round P times (and, for integers, truncate each term).
+    for (T& x : chunk_span(buf, size, rank)) x /= static_cast<T>(size);
+  }
+  // END SOLUTION
+}
+
+template <Element T>
+void allgather_ring(MPI_Comm comm, std::span<T> buf, int tag) {
+  const auto [rank, size] = rank_and_size(comm);
+  require_tag("allgather_ring", tag);
+  to_mpi_count(buf.size(), "allgather_ring", "buf");
+  if (buf.empty()) return;
+  const MPI_Datatype type = mpi_datatype<T>();
+  const int right = (rank + 1) % size;
+  const int left = (rank - 1 + size) % size;
+
+  // BEGIN SOLUTION(allgather_ring)
+  // | For step = size-1 .. 2*size-3 (the allgather half of ring_step()): MPI_Sendrecv
+  // | chunk s.send_chunk of buf to `right` and receive chunk s.recv_chunk from `left`
+  // | straight into buf (nothing to add, so no scratch). One message per step.
+  for (int step = size - 1; step < 2 * (size - 1); ++step) {
+    const RingStep s = ring_step(rank, size, step);
+    const std::span<T> out = chunk_span(buf, size, s.send_chunk);
+    const std::span<T> in = chunk_span(buf, size, s.recv_chunk);
+    DTL_MPI_CHECK(MPI_Sendrecv(out.data(), static_cast<int>(out.size()), type, right, tag,  //
+                               in.data(), static_cast<int>(in.size()), type, left, tag, comm,
+                               MPI_STATUS_IGNORE));
+  }
+  // END SOLUTION
+}
+
+template <Element T>
+void allreduce_ring(MPI_Comm comm, std::span<T> buf, Op op, int tag) {
+  require_tag("allreduce_ring", tag);
+  to_mpi_count(buf.size(), "allreduce_ring", "buf");
+  // BEGIN SOLUTION(allreduce_ring)
+  // | The two halves in sequence, on the same buffer and tag.
+  reduce_scatter_ring<T>(comm, buf, op, tag);
+  allgather_ring<T>(comm, buf, tag);
+  // END SOLUTION
+}
+
+#define DTL_LAB03_INSTANTIATE(T)                                          \
+  template void reduce_scatter_ring<T>(MPI_Comm, std::span<T>, Op, int); \
+  template void allgather_ring<T>(MPI_Comm, std::span<T>, int);          \
+  template void allreduce_ring<T>(MPI_Comm, std::span<T>, Op, int);
+DTL_LAB03_INSTANTIATE(float)
+DTL_LAB03_INSTANTIATE(double)
+DTL_LAB03_INSTANTIATE(std::int32_t)
+#undef DTL_LAB03_INSTANTIATE
+
+}  // namespace dtl::lab03

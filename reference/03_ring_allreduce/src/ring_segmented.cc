@@ -1,0 +1,158 @@
+// Lab 03, task C: the segmented ring — pipelining the ring inside each step.
+//
+// What this file teaches: in ring_allreduce.cc a step is all-or-nothing. A rank
+// receives a whole chunk, then adds it, then sends it on; while it adds, its
+// link is idle, and while the chunk is in flight, its adder is idle. Cut each
+// chunk into segments and the two overlap: segment k is added and sent on while
+// segment k+1 is still arriving.
+//
+//   unsegmented, one step:   [ receive chunk ][ add chunk ][ send chunk ]...
+//   segmented:               [recv s0][recv s1][recv s2]
+//                                     [add s0 ][add s1 ][add s2 ]
+//                                              [send s0][send s1][send s2]
+//
+// With k segments a step costs about (1 + 2/k) of the slower of the two instead
+// of the sum of both, plus k alphas: small segments pay latency, big ones lose
+// the overlap. NCCL does the same with its "slices" (see the handout).
+//
+// The schedule is unchanged (ring_step()), and so are the bytes: only the number
+// of messages grows. Every rank posts its receives one step ahead, so a segment
+// never waits in MPI's unexpected-message queue, and forwards each segment the
+// moment it is ready. Sends and receives of one (comm, tag, peer) pair match in
+// the order they are posted (MPI's non-overtaking rule), so one tag suffices:
+// both sides walk the same steps and cut each chunk into the same segments.
+//
+// Two buffer rules, the kind of thing that makes pipelined code go wrong:
+//   - reduce-scatter receives go into scratch, alternating between two (the
+//     next step's receives are posted while this step's scratch is in use);
+//   - the allgather receives chunk c straight into buf, but at reduce-scatter
+//     step t this rank sent chunk c from buf with MPI_Isend: that send must be
+//     complete before the receive may overwrite the memory (MPI forbids touching
+//     a pending send's buffer). So the allgather step t first waits for the sends
+//     of reduce-scatter step t.
+//
+// The price of posting a whole step ahead: a chunk of k segments keeps 2k
+// requests in flight. MPI libraries keep pending requests in lists they walk,
+// so k in the hundreds of thousands (1-element segments of a 4 MiB chunk) is
+// orders of magnitude slower than k in the tens; real segment sizes are KiBs.
+//
+// What it leaves out: choosing the segment size automatically (the benchmark
+// sweeps it), a bounded window of requests, and several rings at once.
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/comm/mpi.h"
+#include "harness/error.h"
+#include "lab03/ring.h"
+
+namespace dtl::lab03 {
+
+template <Element T>
+void allreduce_ring_segmented(MPI_Comm comm, std::span<T> buf, Op op, int tag, std::size_t segment_elements) {
+  const auto [rank, size] = rank_and_size(comm);
+  require_tag("allreduce_ring_segmented", tag);
+  DTL_REQUIRE_ARG(segment_elements >= 1, "allreduce_ring_segmented", "segment_elements",
+                  "is 0; a segment must hold at least one element");
+  to_mpi_count(buf.size(), "allreduce_ring_segmented", "buf");
+  if (buf.empty() || size == 1) return;  // one rank: the sum and the average are buf itself
+  const MPI_Datatype type = mpi_datatype<T>();
+  const int right = (rank + 1) % size;
+  const int left = (rank - 1 + size) % size;
+  const int steps = 2 * (size - 1);
+
+  // BEGIN SOLUTION(allreduce_ring_segmented)
+  // | Follow the file header. Per step (ring_step()), the chunk that moves is cut
+  // | into segments_of(chunk size, segment_elements) pieces of segment_elements
+  // | (the last one shorter). Post step 0's MPI_Isends from buf and step 0's
+  // | MPI_Irecvs before the loop. At the start of step s, post step s+1's receives
+  // | (reduce steps: into the scratch not in use; copy steps: into buf, after waiting
+  // | for the reduce-scatter sends of the same chunk). Then for each segment k of
+  // | step s: MPI_Wait its receive; on a reduce step add it into buf; at the last
+  // | reduce step with Op::kAvg divide it by size (it is final: chunk `rank`); and
+  // | unless s is the last step, MPI_Isend segment k onward (it is step s+1's).
+  // | Finish with MPI_Waitall on every send.
+  // Segment k of the chunk that moves at step s: [begin, begin + count) of buf.
+  struct Piece {
+    std::size_t begin, count;
+  };
+  const auto pieces_of = [&](int chunk) {
+    std::vector<Piece> pieces;
+    const std::size_t begin = chunk_begin(buf.size(), size, chunk);
+    const std::size_t count = chunk_count(buf.size(), size, chunk);
+    for (std::size_t k = 0; k < segments_of(count, segment_elements); ++k) {
+      const std::size_t offset = k * segment_elements;
+      pieces.push_back({begin + offset, std::min(segment_elements, count - std::min(count, offset))});
+    }
+    return pieces;
+  };
+
+  std::vector<std::vector<MPI_Request>> sends(static_cast<std::size_t>(steps));
+  std::vector<std::vector<MPI_Request>> recvs(static_cast<std::size_t>(steps));
+  // Two scratch chunks, for the receives of even and odd reduce-scatter steps.
+  const std::size_t largest = chunk_count(buf.size(), size, 0);
+  std::vector<T> scratch[2] = {std::vector<T>(largest), std::vector<T>(largest)};
+
+  const auto post_sends = [&](int step, const Piece& piece) {
+    MPI_Request& request = sends[static_cast<std::size_t>(step)].emplace_back();
+    DTL_MPI_CHECK(MPI_Isend(buf.data() + piece.begin, static_cast<int>(piece.count), type, right, tag, comm, &request));
+  };
+  const auto post_recvs = [&](int step) {
+    const RingStep s = ring_step(rank, size, step);
+    if (!s.reduce) {
+      // The allgather overwrites chunk s.recv_chunk of buf: the reduce-scatter sent
+      // that chunk at step t = step - (size - 1), and its sends must be done first.
+      auto& pending = sends[static_cast<std::size_t>(step - (size - 1))];
+      DTL_MPI_CHECK(MPI_Waitall(static_cast<int>(pending.size()), pending.data(), MPI_STATUSES_IGNORE));
+    }
+    std::size_t scratch_offset = 0;
+    for (const Piece& piece : pieces_of(s.recv_chunk)) {
+      T* into = s.reduce ? scratch[step % 2].data() + scratch_offset : buf.data() + piece.begin;
+      MPI_Request& request = recvs[static_cast<std::size_t>(step)].emplace_back();
+      DTL_MPI_CHECK(MPI_Irecv(into, static_cast<int>(piece.count), type, left, tag, comm, &request));
+      scratch_offset += piece.count;
+    }
+  };
+
+  for (const Piece& piece : pieces_of(ring_step(rank, size, 0).send_chunk)) post_sends(0, piece);
+  post_recvs(0);
+  for (int step = 0; step < steps; ++step) {
+    if (step + 1 < steps) post_recvs(step + 1);  // one step ahead: see the file header
+    const RingStep s = ring_step(rank, size, step);
+    const bool last_reduce = step == size - 2;
+    const std::vector<Piece> pieces = pieces_of(s.recv_chunk);
+    std::size_t scratch_offset = 0;
+    for (std::size_t k = 0; k < pieces.size(); ++k) {
+      DTL_MPI_CHECK(MPI_Wait(&recvs[static_cast<std::size_t>(step)][k], MPI_STATUS_IGNORE));
+      const std::span<T> piece = buf.subspan(pieces[k].begin, pieces[k].count);
+      if (s.reduce) {
+        const T* in = scratch[step % 2].data() + scratch_offset;
+        for (std::size_t i = 0; i < piece.size(); ++i) piece[i] += in[i];
+        // The last reduce step completes chunk `rank`: divide for the average here,
+        // once, before the allgather sends it on.
+        if (last_reduce && op == Op::kAvg) {
+          for (T& x : piece) x /= static_cast<T>(size);
+        }
+      }
+      scratch_offset += pieces[k].count;
+      // What arrived at this step leaves at the next (ring_step()'s rule).
+      if (step + 1 < steps) post_sends(step + 1, pieces[k]);
+    }
+  }
+  for (auto& pending : sends) {
+    DTL_MPI_CHECK(MPI_Waitall(static_cast<int>(pending.size()), pending.data(), MPI_STATUSES_IGNORE));
+  }
+  // END SOLUTION
+}
+
+#define DTL_LAB03_INSTANTIATE(T) \
+  template void allreduce_ring_segmented<T>(MPI_Comm, std::span<T>, Op, int, std::size_t);
+DTL_LAB03_INSTANTIATE(float)
+DTL_LAB03_INSTANTIATE(double)
+DTL_LAB03_INSTANTIATE(std::int32_t)
+#undef DTL_LAB03_INSTANTIATE
+
+}  // namespace dtl::lab03
