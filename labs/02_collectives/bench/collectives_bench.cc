@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "harness/bench/bench.h"
+#include "harness/bench/collective.h"
 #include "harness/comm/mpi.h"
 #include "harness/error.h"
 #include "lab02/collectives.h"
@@ -57,15 +58,15 @@ struct Fit {
 constexpr Fit kFits[] = {{"all sizes", 0.376e-6, 0.1022e-9}, {">= 8 KiB", 2.528e-6, 0.0862e-9}};
 
 // One row's work: the implementation and the vendor on the same inputs, and a
-// check of the first against the second.
-struct Row {
-  Row(std::size_t size, double factor, bool has_root) : bytes(size), bus_factor(factor), rooted(has_root) {}
-  std::size_t bytes;   // nccl-tests' size
-  double bus_factor;   // busbw / algbw
-  bool rooted;         // whether the collective has a root (the root column)
-  std::function<void()> impl, vendor;
-  std::function<std::size_t()> wrong;  // this rank's differing elements, after one impl and one vendor call
-};
+// check of the first against the second (harness/bench/collective.h runs it).
+using Row = dtl::bench::CollectiveRow;
+Row row_of(std::size_t bytes, double bus_factor, bool rooted) {
+  Row row;
+  row.bytes = bytes;
+  row.bus_factor = bus_factor;
+  row.root = rooted ? kRoot : -1;
+  return row;
+}
 using RowMaker = std::function<Row(std::size_t bytes)>;
 
 std::vector<float> data(std::size_t n, int seed) {
@@ -95,7 +96,7 @@ RowMaker broadcast_row(void (*bcast)(MPI_Comm, std::span<float>, int, int)) {
     const std::size_t n = std::max<std::size_t>(1, bytes / sizeof(float));
     auto b = std::make_shared<Buffers>();
     b->impl_out = b->vendor_out = data(n, comm().rank() == kRoot ? 1 : 2);
-    Row row{n * sizeof(float), 1.0, true};
+    Row row = row_of(n * sizeof(float), 1.0, true);
     row.impl = [b, bcast] { bcast(comm(), b->impl_out, kRoot, kTag); };
     row.vendor = [b] {
       DTL_MPI_CHECK(MPI_Bcast(b->vendor_out.data(), static_cast<int>(b->vendor_out.size()), MPI_FLOAT, kRoot, comm()));
@@ -111,7 +112,7 @@ Row scatter_row(std::size_t bytes) {
   if (comm().rank() == kRoot) b->send = data(block * ranks(), 3);
   b->impl_out.assign(block, -1.0f);
   b->vendor_out.assign(block, -2.0f);
-  Row row{block * ranks() * sizeof(float), share(), true};
+  Row row = row_of(block * ranks() * sizeof(float), share(), true);
   row.impl = [b] { lab::scatter<float>(comm(), b->send, b->impl_out, kRoot, kTag); };
   row.vendor = [b, block] {
     DTL_MPI_CHECK(MPI_Scatter(b->send.data(), static_cast<int>(block), MPI_FLOAT, b->vendor_out.data(),
@@ -128,7 +129,7 @@ Row gather_row(std::size_t bytes) {
   const std::size_t out = comm().rank() == kRoot ? block * ranks() : 0;
   b->impl_out.assign(out, -1.0f);
   b->vendor_out.assign(out, -2.0f);
-  Row row{block * ranks() * sizeof(float), share(), true};
+  Row row = row_of(block * ranks() * sizeof(float), share(), true);
   row.impl = [b] { lab::gather<float>(comm(), b->send, b->impl_out, kRoot, kTag); };
   row.vendor = [b, block] {
     DTL_MPI_CHECK(MPI_Gather(b->send.data(), static_cast<int>(block), MPI_FLOAT, b->vendor_out.data(),
@@ -145,7 +146,7 @@ Row reduce_row(std::size_t bytes) {
   const std::size_t out = comm().rank() == kRoot ? n : 0;
   b->impl_out.assign(out, -1.0f);
   b->vendor_out.assign(out, -2.0f);
-  Row row{n * sizeof(float), 1.0, true};
+  Row row = row_of(n * sizeof(float), 1.0, true);
   row.impl = [b] { lab::reduce<float>(comm(), b->send, b->impl_out, lab::ReduceOp::kSum, kRoot, kTag); };
   row.vendor = [b, n] {
     DTL_MPI_CHECK(MPI_Reduce(b->send.data(), b->vendor_out.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, kRoot,
@@ -162,7 +163,7 @@ RowMaker allgather_row(void (*allgather)(MPI_Comm, std::span<const float>, std::
     b->send = data(block, comm().rank());
     b->impl_out.assign(block * ranks(), -1.0f);
     b->vendor_out.assign(block * ranks(), -2.0f);
-    Row row{block * ranks() * sizeof(float), share(), false};
+    Row row = row_of(block * ranks() * sizeof(float), share(), false);
     row.impl = [b, allgather] { allgather(comm(), b->send, b->impl_out, kTag); };
     row.vendor = [b, block] {
       DTL_MPI_CHECK(MPI_Allgather(b->send.data(), static_cast<int>(block), MPI_FLOAT, b->vendor_out.data(),
@@ -179,7 +180,7 @@ Row alltoall_row(std::size_t bytes) {
   b->send = data(block * ranks(), comm().rank());
   b->impl_out.assign(block * ranks(), -1.0f);
   b->vendor_out.assign(block * ranks(), -2.0f);
-  Row row{block * ranks() * sizeof(float), share(), false};
+  Row row = row_of(block * ranks() * sizeof(float), share(), false);
   row.impl = [b] { lab::alltoall_pairwise<float>(comm(), b->send, b->impl_out, kTag); };
   row.vendor = [b, block] {
     DTL_MPI_CHECK(MPI_Alltoall(b->send.data(), static_cast<int>(block), MPI_FLOAT, b->vendor_out.data(),
@@ -196,33 +197,8 @@ std::map<std::size_t, double>& medians(const std::string& collective) {
 }
 
 void run_row(benchmark::State& state, const std::string& collective, const RowMaker& make, std::size_t bytes) {
-  const Row row = make(bytes);
-  try {
-    row.impl();  // warm-up and the result to check; an error (NotImplemented) skips the row on every rank
-  } catch (const dtl::Error& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
-  row.vendor();
-  const auto mine = static_cast<long long>(row.wrong());
-  long long wrong = 0;
-  DTL_MPI_CHECK(MPI_Allreduce(&mine, &wrong, 1, MPI_LONG_LONG, MPI_SUM, comm()));
-
-  dtl::bench::PairedTimer timer;
-  for (auto _ : state) state.SetIterationTime(timer.time_pair(row.impl, row.vendor));
-  const double seconds = timer.impl_median();
-  const double algbw = seconds > 0 ? static_cast<double>(row.bytes) / seconds / 1e9 : 0.0;
-  state.counters["bytes"] = static_cast<double>(row.bytes);
-  state.counters["count"] = static_cast<double>(row.bytes / sizeof(float));
-  state.counters["type"] = sizeof(float);
-  if (row.rooted) state.counters["root"] = kRoot;
-  state.counters["time_us"] = seconds * 1e6;
-  state.counters["vendor_us"] = timer.vendor_median() * 1e6;
-  state.counters["algbw"] = algbw;
-  state.counters["busbw"] = algbw * row.bus_factor;
-  state.counters["wrong"] = static_cast<double>(wrong);
-  state.counters["ratio"] = timer.ratio_median();
-  medians(collective)[row.bytes] = seconds;
+  const double seconds = dtl::bench::run_collective_row(state, make(bytes));
+  if (seconds >= 0) medians(collective)[bytes] = seconds;  // broadcast rows: row.bytes == bytes
 }
 
 int iterations(std::size_t bytes) {
