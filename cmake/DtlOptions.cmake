@@ -43,4 +43,7 @@ target_compile_options(dtl_options INTERFACE
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${DTL_WARNINGS_AS_ERRORS}>>:-Werror>)
 if(DTL_HAVE_CUDA)
   target_compile_definitions(dtl_options INTERFACE DTL_HAVE_CUDA=1)
+  # .cu files include the same C++20 headers (concepts, std::span) as the .cc files.
+  # (A flag, not cuda_std_20: CMake 3.25 does not know nvcc 13's features.)
+  target_compile_options(dtl_options INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20>)
 endif()

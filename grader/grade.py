@@ -126,15 +126,35 @@ def parse_items(data: dict, default_timeout: float, default_binary: str, origin:
     items = []
     for raw in data.get("item", []):
         try:
+            binary = raw.get("binary", default_binary)
+            if binary not in BINARY_KINDS:
+                raise ValueError(f"binary {binary!r} is not one of {', '.join(BINARY_KINDS)}")
             items.append(Item(name=raw["name"], points=float(raw["points"]), tests=list(raw["tests"]),
                               ranks=[int(r) for r in raw["ranks"]],
-                              binary=raw.get("binary", default_binary),
+                              binary=binary,
                               visibility=raw.get("visibility", "visible"),
                               timeout=float(raw.get("timeout", default_timeout)),
-                              gpu=bool(raw.get("gpu", False))))
+                              # the GPU test binary's items need a GPU, whatever the rubric says
+                              gpu=bool(raw.get("gpu", False)) or binary == "gpu"))
         except (KeyError, TypeError, ValueError) as e:
             raise GraderError(f"{origin}: bad item {raw.get('name', raw)!r}: {e}") from e
     return items
+
+
+# The test binaries an item can name, and the CMake target of each (dtl_add_lab):
+# tests/*_test.cc, grader/hidden/NN_topic/*_test.cc, tests/*_gpu_test.cc.
+BINARY_KINDS = {"test": "lab{n}_student_test", "hidden": "lab{n}_student_hidden", "gpu": "lab{n}_student_gpu"}
+
+
+def binaries_for(lab: Lab, has_hidden: bool, gpu: bool) -> dict[str, str]:
+    """The test binaries to build and run, by kind: always the public tests; the
+    hidden ones when there are hidden tests; the GPU ones when an item names them
+    and there is a GPU to run them (without one their items are not gradable, so
+    the binary is not even built)."""
+    kinds = ["test"] + (["hidden"] if has_hidden else [])
+    if gpu and any(i.binary == "gpu" for i in lab.items):
+        kinds.append("gpu")
+    return {k: BINARY_KINDS[k].format(n=lab.number) for k in kinds}
 
 
 def read_toml(path: Path) -> dict:
@@ -619,6 +639,14 @@ def score_item(item: Item, by_run: dict[tuple[str, int], dict[str, TestResult]],
     return 0.0, "failed", text
 
 
+def not_gradable_row(item: Item) -> dict:
+    """The row of a GPU item on a machine without a GPU: its points leave the total."""
+    return dict(name=item.name, ranks=",".join(map(str, item.ranks)), score=0.0,
+                max_score=0.0, status="not gradable without a GPU", visibility=item.visibility,
+                output=f"not gradable without a GPU: this item's {item.points:g} points "
+                       "are left out of the total, not given as 0 or as full marks")
+
+
 def test_entry(row: dict) -> dict:
     """One Gradescope test. An item not gradable here (a GPU item without a GPU) has no
     status, so Gradescope shows it as neither passed nor failed, with the reason."""
@@ -661,10 +689,10 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
         for note in notes:
             print(f"  note: {note}")
         has_hidden = any((tree / "grader" / "hidden" / lab.name).glob("*_test.cc"))
-        binaries = {"test": f"lab{lab.number}_student_test"}
-        if has_hidden:
-            binaries["hidden"] = f"lab{lab.number}_student_hidden"
-        items = [i for i in lab.items if i.binary in binaries]
+        gpu = gpu_available()
+        binaries = binaries_for(lab, has_hidden, gpu)
+        # GPU items stay without a GPU: they are listed as not gradable (below).
+        items = [i for i in lab.items if i.binary in binaries or (i.gpu and not gpu)]
         # Performance items need the reference's benchmark beside the submission's:
         # not gradable in a repository without reference/ (a student's export).
         has_reference = (tree / "reference" / lab.name / "src").is_dir()
@@ -675,7 +703,6 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
         print("  building ...", flush=True)
         made = build(lab, tree, work / "build", targets)
         rows, by_run = [], {}
-        gpu = gpu_available()
         foreign = foreign_includes(lab, tree, work / "build") if made.returncode == 0 else []
         if made.returncode != 0 or foreign:
             if foreign:
@@ -688,6 +715,9 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
             print(f"  {why}; every item scores 0. {'The compiler said' if not foreign else 'Details'}:\n{errors}")
             for item in items + lab.perf:
                 ranks = ",".join(map(str, item.ranks)) if isinstance(item, Item) else str(item.ranks)
+                if isinstance(item, Item) and item.gpu and not gpu:
+                    rows.append(not_gradable_row(item))
+                    continue
                 rows.append(dict(name=item.name, ranks=ranks, score=0.0,
                                  max_score=item.points, status="failed", visibility=item.visibility,
                                  output=f"{why}:\n{errors}"[:TEST_OUTPUT_CAP]))
@@ -730,11 +760,7 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
                       f"({time.monotonic() - t0:.1f} s)", flush=True)
             for item in items:
                 if item.gpu and not gpu:
-                    rows.append(dict(name=item.name, ranks=",".join(map(str, item.ranks)), score=0.0,
-                                     max_score=0.0, status="not gradable without a GPU",
-                                     visibility=item.visibility,
-                                     output=f"not gradable without a GPU: this item's {item.points:g} points "
-                                            "are left out of the total, not given as 0 or as full marks"))
+                    rows.append(not_gradable_row(item))
                     continue
                 score, status, output = score_item(item, by_run, names, listing)
                 rows.append(dict(name=item.name, ranks=",".join(map(str, item.ranks)), score=score,

@@ -1,0 +1,174 @@
+// Lab 03, task D: the reduce-copy, one thread's share — dst = a + b, 16 bytes at a time.
+//
+// What this file teaches: how a memory-bound GPU kernel is written so that it
+// runs at the speed of memory. A reduce-copy does almost no arithmetic (one add
+// per element); its time is the bytes it reads and writes divided by the memory
+// bandwidth. Three things get it there:
+//
+//   1. 16-byte vector loads and stores (one LDG.128 instead of four LDG.32):
+//      fewer instructions, fewer memory transactions in flight to track;
+//   2. a grid-stride loop: a fixed number of threads (enough to fill the GPU)
+//      walks the whole array, thread t taking vectors t, t + T, t + 2T, ... so
+//      that at every moment the 32 threads of a warp touch 32 consecutive
+//      vectors (512 contiguous bytes: coalesced);
+//   3. a scalar head and tail: a vector load needs a 16-byte aligned address.
+//      Elements before the first aligned address (the head) and after the last
+//      whole vector (the tail) go one at a time:
+//
+//        element    0   1   2 | 3   4   5   6 | 7   8   9  10 | 11  12
+//        address  ..4  ..8 ..c|..0 ..4 ..8 ..c|..0 ..4 ..8 ..c|..0 ..4     (floats)
+//                 <-- head -->|<-- vector 0 ->|<-- vector 1 ->|<-tail->
+//
+//      Vectors are only possible when dst, a, b (and dst2) share one offset
+//      within 16 bytes; otherwise every element goes the scalar way (correct,
+//      slower; the ring's buffers all come from cudaMalloc, 256-byte aligned,
+//      and chunks start at the same element offset in each, so this is rare).
+//
+// Half-precision types are added in fp32: convert, add, round once.
+//
+// The function is __host__ __device__ (DTL_HOST_DEVICE): the kernel in
+// reduce_copy.cu calls it with its thread index, and the CPU tests call it for
+// every thread index in turn on host memory. That is the whole point of writing
+// it this way: the index arithmetic (head, vectors, tail, stride) — where the
+// bugs are — is tested without a GPU.
+//
+// Left out: unrolling several vectors per iteration (more loads in flight per
+// thread; worth a few percent on some GPUs), non-temporal (streaming) stores,
+// and LL/LL128-style flag words (see the handout's NCCL section).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "lab03/ring_cuda.h"
+
+#ifndef DTL_HOST_DEVICE
+#if defined(__CUDACC__)
+#define DTL_HOST_DEVICE __host__ __device__
+#else
+#define DTL_HOST_DEVICE
+#endif
+#endif
+
+namespace dtl::lab03::detail {
+
+// ---------------------------------------------------------------------------
+// fp32 accumulation: every element type converts to float and back
+// ---------------------------------------------------------------------------
+
+DTL_HOST_DEVICE inline float to_float(float x) { return x; }
+DTL_HOST_DEVICE inline float to_float(__half x) { return __half2float(x); }
+DTL_HOST_DEVICE inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T>
+DTL_HOST_DEVICE inline T from_float(float x);
+template <>
+DTL_HOST_DEVICE inline float from_float<float>(float x) { return x; }
+template <>
+DTL_HOST_DEVICE inline __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <>
+DTL_HOST_DEVICE inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// ---------------------------------------------------------------------------
+// 16 bytes of elements, loaded and stored as one
+// ---------------------------------------------------------------------------
+
+// Pack<T> is 16 bytes: 4 floats or 8 halves. `p` must be 16-byte aligned.
+template <typename T>
+struct alignas(kVectorBytes) Pack {
+  static constexpr std::size_t kElements = kVectorBytes / sizeof(T);
+  T elem[kElements];
+};
+
+template <typename T>
+DTL_HOST_DEVICE inline Pack<T> load_pack(const T* p) {
+  Pack<T> pack;
+#ifdef __CUDA_ARCH__
+  // One 128-bit load (int4), then the bits reinterpreted: the compiler keeps
+  // them in registers. (As llm.c's Packed128.)
+  const int4 bits = *reinterpret_cast<const int4*>(p);
+  memcpy(&pack, &bits, sizeof pack);
+#else
+  std::memcpy(static_cast<void*>(&pack), p, sizeof pack);  // void*: __half is trivially copyable
+#endif
+  return pack;
+}
+
+template <typename T>
+DTL_HOST_DEVICE inline void store_pack(T* p, const Pack<T>& pack) {
+#ifdef __CUDA_ARCH__
+  int4 bits;
+  memcpy(&bits, &pack, sizeof bits);
+  *reinterpret_cast<int4*>(p) = bits;
+#else
+  std::memcpy(static_cast<void*>(p), &pack, sizeof pack);
+#endif
+}
+
+DTL_HOST_DEVICE inline std::uintptr_t offset_in_vector(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % kVectorBytes;
+}
+
+// Element i of the reduce-copy, alone (the head and the tail).
+template <typename T>
+DTL_HOST_DEVICE inline void reduce_copy_one(const ReduceCopyArgs<T>& args, std::size_t i) {
+  const T value = args.b == nullptr ? args.a[i] : from_float<T>(to_float(args.a[i]) + to_float(args.b[i]));
+  args.dst[i] = value;
+  if (args.dst2 != nullptr) args.dst2[i] = value;
+}
+
+// ---------------------------------------------------------------------------
+// One thread's share of the reduce-copy
+// ---------------------------------------------------------------------------
+
+// Thread `thread` of `num_threads` does: the head elements thread, thread + T,
+// ...; the vectors thread, thread + T, ...; the tail elements likewise. Over all
+// threads, every element exactly once. args: count elements at dst/dst2/a/b.
+template <typename T>
+DTL_HOST_DEVICE inline void reduce_copy_thread(const ReduceCopyArgs<T>& args, std::size_t thread,
+                                               std::size_t num_threads) {
+  // BEGIN SOLUTION
+  // | Split [0, count) into a scalar head, whole 16-byte vectors (Pack<T>, load_pack,
+  // | store_pack) and a scalar tail. Vectors only when dst, a, b (and dst2, when not
+  // | null) have the same offset_in_vector(); otherwise everything is "head". The head
+  // | is the elements before the first 16-byte aligned address of dst. Each of the three
+  // | parts is a grid-stride loop: start at `thread`, step `num_threads`. Add in fp32
+  // | (to_float, from_float<T>); b == nullptr means copy. Compare reduce_copy_one().
+  constexpr std::size_t kVec = Pack<T>::kElements;
+  const std::size_t count = args.count;
+  const std::uintptr_t offset = offset_in_vector(args.dst);
+  const bool vectors_possible = offset % sizeof(T) == 0 && offset_in_vector(args.a) == offset &&
+                                (args.b == nullptr || offset_in_vector(args.b) == offset) &&
+                                (args.dst2 == nullptr || offset_in_vector(args.dst2) == offset);
+  // Head: up to the first aligned address (all of it when vectors are impossible).
+  std::size_t head = count;
+  if (vectors_possible) {
+    const std::size_t to_aligned = ((kVectorBytes - offset) % kVectorBytes) / sizeof(T);
+    head = to_aligned < count ? to_aligned : count;
+  }
+  const std::size_t vectors = (count - head) / kVec;
+  const std::size_t tail = head + vectors * kVec;
+
+  for (std::size_t i = thread; i < head; i += num_threads) reduce_copy_one(args, i);
+
+  for (std::size_t v = thread; v < vectors; v += num_threads) {
+    const std::size_t i = head + v * kVec;
+    Pack<T> out = load_pack(args.a + i);
+    if (args.b != nullptr) {
+      const Pack<T> b = load_pack(args.b + i);
+      for (std::size_t k = 0; k < kVec; ++k) out.elem[k] = from_float<T>(to_float(out.elem[k]) + to_float(b.elem[k]));
+    }
+    store_pack(args.dst + i, out);
+    if (args.dst2 != nullptr) store_pack(args.dst2 + i, out);
+  }
+
+  for (std::size_t i = tail + thread; i < count; i += num_threads) reduce_copy_one(args, i);
+  // END SOLUTION
+}
+
+}  // namespace dtl::lab03::detail

@@ -1,0 +1,56 @@
+// Lab 03, task F: the ring loop over P virtual ranks, shared by the GPU ring
+// (virtual_ring.cu, which launches kernels) and its host mirror
+// (reduce_copy_host.cc, which runs the kernel's threads on the CPU).
+//
+// What this file teaches: on one GPU a "rank" is just a buffer. The ring is 2(P-1)
+// steps; at each step every virtual rank has one job (ring_job()), the P jobs of a
+// step are independent (they touch disjoint chunks) and go to the GPU together,
+// and step s+1 starts only after step s has finished — which one stream gives for
+// free, because kernels on one stream run in order. No host synchronization.
+//
+// The loop is written once, with the launch as a parameter (`launch_step`: takes
+// the step's jobs, a std::span<const ReduceCopyArgs<T>>), so the CPU tests
+// exercise the very loop the GPU runs.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "harness/error.h"
+#include "lab03/ring.h"
+#include "lab03/ring_cuda.h"
+
+namespace dtl::lab03::detail {
+
+// bufs: P buffers of (count,) elements, one per virtual rank. In: contributions.
+// Out: the sum in every one.
+template <typename T, typename LaunchStep>
+void run_virtual_ring(const char* function, std::span<T* const> bufs, std::size_t count, bool fuse,
+                      LaunchStep&& launch_step) {
+  DTL_REQUIRE_ARG(!bufs.empty(), function, "bufs", "is empty; a ring needs at least one buffer");
+  for (T* buf : bufs) {
+    DTL_REQUIRE_ARG(buf != nullptr || count == 0, function, "bufs", "holds a null buffer");
+  }
+  const int world_size = static_cast<int>(bufs.size());
+  if (world_size == 1 || count == 0) return;  // nothing to add up: no steps
+  std::vector<ReduceCopyArgs<T>> jobs;
+  jobs.reserve(bufs.size());
+  // BEGIN SOLUTION(virtual_ring_allreduce)
+  // | For each of the 2(P-1) steps: collect every virtual rank's job (ring_job(), then
+  // | ring_job_args() with its own, its left and its right neighbour's buffer; leave out
+  // | skipped steps and empty chunks) and hand the step's jobs to launch_step() at once.
+  for (int step = 0; step < 2 * (world_size - 1); ++step) {
+    jobs.clear();
+    for (int rank = 0; rank < world_size; ++rank) {
+      const RingJob job = ring_job(rank, world_size, step, count, fuse);
+      if (job.skip || job.count == 0) continue;
+      T* left = bufs[static_cast<std::size_t>((rank + world_size - 1) % world_size)];
+      T* right = bufs[static_cast<std::size_t>((rank + 1) % world_size)];
+      jobs.push_back(ring_job_args(job, bufs[static_cast<std::size_t>(rank)], left, right));
+    }
+    if (!jobs.empty()) launch_step(std::span<const ReduceCopyArgs<T>>(jobs));
+  }
+  // END SOLUTION
+}
+
+}  // namespace dtl::lab03::detail
