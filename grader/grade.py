@@ -200,9 +200,11 @@ def copy_pristine_tree(lab: Lab, dest: Path, hidden_dirs: list[Path]) -> None:
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, dest / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for folder in ("cmake", "harness", f"labs/{lab.name}", f"reference/{lab.name}"):
+    for folder in ("cmake", "harness", "datasets", f"labs/{lab.name}", f"reference/{lab.name}"):
         if (ROOT / folder).is_dir():  # reference/ is absent from a student repository
-            shutil.copytree(ROOT / folder, dest / folder, ignore=ignore)
+            # datasets/: the library only (labs 04-07 link it); not its tests or fetched data.
+            skip = shutil.ignore_patterns("__pycache__", "*.pyc", "tests", "data") if folder == "datasets" else ignore
+            shutil.copytree(ROOT / folder, dest / folder, ignore=skip)
     hidden_dest = dest / "grader" / "hidden" / lab.name
     hidden_dest.mkdir(parents=True)
     for i, folder in enumerate(hidden_dirs):
@@ -337,11 +339,12 @@ def foreign_includes(lab: Lab, tree: Path, build_dir: Path) -> list[str]:
     pristine tree or in this repository, hidden tests, another student's folder.
     The compiler's own dependency lists (ninja -t deps) say what every object of
     the student library really read; anything outside the lab's src/ and
-    include/, the harness and the system folders is refused."""
+    include/, the harness, datasets/ and the system folders is refused."""
     # ninja's own output (not the submission's), read whole: run_capped would cut it.
     deps = subprocess.run(["ninja", "-C", str(build_dir), "-t", "deps"], capture_output=True, text=True,
                           errors="replace", timeout=120).stdout
-    allowed = [tree / "harness", tree / "labs" / lab.name / "include", tree / "labs" / lab.name / "src"]
+    allowed = [tree / "harness", tree / "datasets", tree / "labs" / lab.name / "include",
+               tree / "labs" / lab.name / "src"]
     student_obj = f"CMakeFiles/dtl_lab{lab.number}_student.dir/"
     foreign, checking = [], False
     for line in deps.splitlines():
@@ -677,7 +680,7 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
         if made.returncode != 0 or foreign:
             if foreign:
                 why = "the submission includes files it may not use"
-                errors = ("only the lab's src/ and include/, harness/ and system headers may be "
+                errors = ("only the lab's src/ and include/, harness/, datasets/ and system headers may be "
                           "included; these are not:\n  " + "\n  ".join(foreign[:10]))
             else:
                 why = "the build timed out" if made.timed_out else "the submission does not compile"
