@@ -232,4 +232,50 @@ void Tensor::zero() const {
 #endif
 }
 
+namespace {
+
+// Element i of a float-typed tensor as a double (exact for all four types).
+double load(const void* base, DType dtype, std::int64_t i) {
+  switch (dtype) {
+    case DType::kF32: return static_cast<const float*>(base)[i];
+    case DType::kF64: return static_cast<const double*>(base)[i];
+    case DType::kF16: return f16_bits_to_float(static_cast<const std::uint16_t*>(base)[i]);
+    case DType::kBF16: return bf16_bits_to_float(static_cast<const std::uint16_t*>(base)[i]);
+    case DType::kI32: break;
+  }
+  return 0.0;
+}
+
+// Stores v (already a float for the 16-bit types: see convert()) as element i.
+void store(void* base, DType dtype, std::int64_t i, double v) {
+  switch (dtype) {
+    case DType::kF32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
+    case DType::kF64: static_cast<double*>(base)[i] = v; break;
+    case DType::kF16: static_cast<std::uint16_t*>(base)[i] = float_to_f16_bits(static_cast<float>(v)); break;
+    case DType::kBF16: static_cast<std::uint16_t*>(base)[i] = float_to_bf16_bits(static_cast<float>(v)); break;
+    case DType::kI32: break;
+  }
+}
+
+}  // namespace
+
+void convert(const Tensor& dst, const Tensor& src) {
+  DTL_REQUIRE_ARG(dst.numel() == src.numel(), "convert", "dst",
+                  "has " + std::to_string(dst.numel()) + " elements, src " + std::to_string(src.numel()));
+  DTL_REQUIRE_ARG(dst.device() == Device::kCpu && src.device() == Device::kCpu, "convert", "dst",
+                  "and src must both be on the CPU");
+  DTL_REQUIRE_ARG(dst.dtype() != DType::kI32, "convert", "dst", "is i32; convert handles float types only");
+  DTL_REQUIRE_ARG(src.dtype() != DType::kI32, "convert", "src", "is i32; convert handles float types only");
+  if (dst.numel() == 0) return;
+  if (dst.dtype() == src.dtype()) {
+    dst.copy_from(src);
+    return;
+  }
+  DTL_REQUIRE_ARG(dst.raw() != nullptr, "convert", "dst", "has no memory (released?)");
+  DTL_REQUIRE_ARG(src.raw() != nullptr, "convert", "src", "has no memory (released?)");
+  // f64 -> f16/bf16 goes through float first. That double rounding can differ
+  // from a direct rounding in rare ties; lab 05 converts from f32, where it is exact.
+  for (std::int64_t i = 0; i < src.numel(); ++i) store(dst.raw(), dst.dtype(), i, load(src.raw(), src.dtype(), i));
+}
+
 }  // namespace dtl::nn

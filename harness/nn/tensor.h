@@ -245,4 +245,14 @@ class Tensor {
   DType dtype_ = DType::kF32;
 };
 
+/// @brief Converts elements between float types on the CPU: dst[i] = src[i] rounded to dst's type.
+///
+/// Any pair of f32, f64, f16 and bf16 (lab 05: f32 master weights to f16/bf16
+/// compute copies and back). Narrowing rounds to nearest, ties to even; f16
+/// overflows to infinity. Same dtype is a plain copy.
+/// @param[out] dst the destination, numel() equal to src's.
+/// @param[in] src the source.
+/// @throws dtl::InvalidArgument if the counts differ, a tensor is on the GPU, or a dtype is i32.
+void convert(const Tensor& dst, const Tensor& src);
+
 }  // namespace dtl::nn

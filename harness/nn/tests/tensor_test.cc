@@ -135,6 +135,26 @@ TEST(Tensor, ViewsAndReshapeShareMemoryCloneDoesNot) {
   EXPECT_THROW(d.copy_from(Tensor::zeros({6}, DType::kF64, MemoryCategory::kOther)), InvalidArgument);
 }
 
+TEST(Tensor, ConvertRoundsLikeHalfH) {
+  const std::vector<double> values{1.0, 0.1, -65519.0, 70000.0, 1e-8, -0.0};
+  const Tensor f32 = Tensor::from_values({6}, values, DType::kF32);
+  const Tensor h = Tensor::zeros({2, 3}, DType::kF16, MemoryCategory::kOther);
+  const Tensor b = Tensor::zeros({6}, DType::kBF16, MemoryCategory::kOther);
+  convert(h, f32);
+  convert(b, f32);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const float x = f32.data<float>()[i];
+    EXPECT_EQ(h.data<f16>()[i].bits, float_to_f16_bits(x)) << x;
+    EXPECT_EQ(b.data<bf16>()[i].bits, float_to_bf16_bits(x)) << x;
+  }
+  EXPECT_EQ(h.data<f16>()[3].bits, 0x7c00);  // 70000 overflows fp16 to infinity
+  const Tensor back = Tensor::zeros({6}, DType::kF64, MemoryCategory::kOther);
+  convert(back, h);
+  EXPECT_EQ(back.data<double>()[1], 0.0999755859375);  // fp16(0.1), exactly
+  EXPECT_THROW(convert(Tensor::zeros({5}, DType::kF16, MemoryCategory::kOther), f32), InvalidArgument);
+  EXPECT_THROW(convert(Tensor::zeros({6}, DType::kI32, MemoryCategory::kOther), f32), InvalidArgument);
+}
+
 TEST(Tensor, CudaTensorsNeedAGpuOrAreRefused) {
 #ifndef DTL_HAVE_CUDA
   EXPECT_THROW(Tensor::zeros({4}, DType::kF32, MemoryCategory::kOther, Device::kCuda), InvalidArgument);
