@@ -1,0 +1,108 @@
+/// @file
+/// @brief The CUDA building blocks of the training core: cuBLAS GEMM and small kernels.
+///
+/// What this file teaches: on a GPU the same step is a GEMM library call plus
+/// a handful of tiny elementwise kernels (bias add, activation forward and
+/// backward, the bias gradient as a column sum, fp16/bf16 conversion). These
+/// take device pointers and run on `stream`; each launch is checked. The CPU
+/// layers in layers.h are the reference each kernel is tested against
+/// (tests/nn_gpu_test.cc, skipped without a GPU).
+///
+/// Built only where nvcc is found (DTL_HAVE_CUDA); target dtl::nn_cuda.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace dtl::nn::cuda {
+
+/// @brief Row-major C (m, n) = alpha op(A) op(B) + beta C with cuBLAS (see dtl::nn::gemm for the shapes).
+/// @param[in] trans_a use A transposed (A stored (k, m)).
+/// @param[in] trans_b use B transposed (B stored (n, k)).
+/// @param[in] m rows of C.
+/// @param[in] n columns of C.
+/// @param[in] k the shared dimension.
+/// @param[in] alpha scale of the product.
+/// @param[in] a device pointer to A.
+/// @param[in] lda A's row stride.
+/// @param[in] b device pointer to B.
+/// @param[in] ldb B's row stride.
+/// @param[in] beta scale of the old C.
+/// @param[in,out] c device pointer to C.
+/// @param[in] ldc C's row stride.
+/// @param[in] stream the stream to run on.
+/// @throws dtl::CudaError if cuBLAS fails.
+void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+          std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc,
+          cudaStream_t stream = nullptr);
+
+/// @brief y (rows, cols) += bias (cols), broadcast over rows.
+/// @param[in,out] y device pointer.
+/// @param[in] bias device pointer.
+/// @param[in] rows N.
+/// @param[in] cols out.
+/// @param[in] stream the stream.
+/// @throws dtl::CudaError if the launch fails.
+void add_bias(float* y, const float* bias, std::int64_t rows, std::int64_t cols, cudaStream_t stream = nullptr);
+
+/// @brief dbias (cols) += sum over rows of dy (rows, cols).
+/// @param[in,out] dbias device pointer.
+/// @param[in] dy device pointer.
+/// @param[in] rows N.
+/// @param[in] cols out.
+/// @param[in] stream the stream.
+/// @throws dtl::CudaError if the launch fails.
+void bias_grad(float* dbias, const float* dy, std::int64_t rows, std::int64_t cols, cudaStream_t stream = nullptr);
+
+/// @brief y = max(x, 0), elementwise over `count` elements.
+/// @param[out] y device pointer.
+/// @param[in] x device pointer.
+/// @param[in] count elements.
+/// @param[in] stream the stream.
+/// @throws dtl::CudaError if the launch fails.
+void relu_forward(float* y, const float* x, std::int64_t count, cudaStream_t stream = nullptr);
+
+/// @brief dx = dy where x > 0, else 0.
+/// @param[out] dx device pointer.
+/// @param[in] x device pointer (the forward input).
+/// @param[in] dy device pointer.
+/// @param[in] count elements.
+/// @param[in] stream the stream.
+/// @throws dtl::CudaError if the launch fails.
+void relu_backward(float* dx, const float* x, const float* dy, std::int64_t count, cudaStream_t stream = nullptr);
+
+/// @brief y = gelu(x) (tanh approximation), elementwise.
+/// @param[out] y device pointer.
+/// @param[in] x device pointer.
+/// @param[in] count elements.
+/// @param[in] stream the stream.
+/// @throws dtl::CudaError if the launch fails.
+void gelu_forward(float* y, const float* x, std::int64_t count, cudaStream_t stream = nullptr);
+
+/// @brief dx = gelu'(x) dy.
+/// @param[out] dx device pointer.
+/// @param[in] x device pointer (the forward input).
+/// @param[in] dy device pointer.
+/// @param[in] count elements.
+/// @param[in] stream the stream.
+/// @throws dtl::CudaError if the launch fails.
+void gelu_backward(float* dx, const float* x, const float* dy, std::int64_t count, cudaStream_t stream = nullptr);
+
+/// @brief Rounds floats to fp16 bits (round to nearest even), elementwise.
+/// @param[out] out device pointer to `count` uint16 fp16 patterns.
+/// @param[in] in device pointer to `count` floats.
+/// @param[in] count elements.
+/// @param[in] stream the stream.
+/// @throws dtl::CudaError if the launch fails.
+void float_to_f16(std::uint16_t* out, const float* in, std::int64_t count, cudaStream_t stream = nullptr);
+
+/// @brief Rounds floats to bf16 bits (round to nearest even), elementwise.
+/// @param[out] out device pointer to `count` uint16 bf16 patterns.
+/// @param[in] in device pointer to `count` floats.
+/// @param[in] count elements.
+/// @param[in] stream the stream.
+/// @throws dtl::CudaError if the launch fails.
+void float_to_bf16(std::uint16_t* out, const float* in, std::int64_t count, cudaStream_t stream = nullptr);
+
+}  // namespace dtl::nn::cuda

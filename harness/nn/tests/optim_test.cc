@@ -1,0 +1,118 @@
+// Optimizers against closed-form steps, and sharded == unsharded, bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "harness/error.h"
+#include "harness/nn/optim.h"
+#include "harness/nn/random.h"
+
+namespace dtl::nn {
+namespace {
+
+TEST(Sgd, TwoStepsMatchTheClosedForm) {
+  const double lr = 0.1, mu = 0.9, wd = 0.01, g = 0.5;
+  std::vector<float> p{1.0f};
+  const std::vector<float> grad{static_cast<float>(g)};
+  Sgd sgd({.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f}, 1);
+  sgd.step(p, grad);
+  // step 1: g1 = g + wd p0; m1 = g1; p1 = p0 - lr m1
+  const double g1 = g + wd * 1.0, m1 = g1, p1 = 1.0 - lr * m1;
+  EXPECT_NEAR(p[0], p1, 1e-6);
+  sgd.step(p, grad);
+  // step 2: g2 = g + wd p1; m2 = mu m1 + g2; p2 = p1 - lr m2
+  const double g2 = g + wd * p1, m2 = mu * m1 + g2, p2 = p1 - lr * m2;
+  EXPECT_NEAR(p[0], p2, 1e-6);
+  EXPECT_NEAR(sgd.momentum().data<float>()[0], m2, 1e-6);
+}
+
+TEST(Sgd, WithoutMomentumKeepsNoState) {
+  Sgd sgd({.lr = 0.5f}, 3);
+  EXPECT_FALSE(sgd.momentum().defined());
+  std::vector<float> p{1, 2, 3};
+  const std::vector<float> g{1, -1, 0.5f};
+  sgd.step(p, g);
+  EXPECT_EQ(p, (std::vector<float>{0.5f, 2.5f, 2.75f}));
+}
+
+TEST(AdamW, FirstStepsMatchTheClosedForm) {
+  const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1;
+  AdamW adam({.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f}, 2);
+  std::vector<float> p{1.0f, -2.0f};
+  const std::vector<double> g1{0.3, -0.04}, g2{-0.1, 0.2};
+  std::vector<double> ref{1.0, -2.0}, m{0, 0}, v{0, 0};
+  for (int t = 1; t <= 2; ++t) {
+    const auto& g = t == 1 ? g1 : g2;
+    const std::vector<float> gf{static_cast<float>(g[0]), static_cast<float>(g[1])};
+    adam.step(p, gf);
+    for (int i = 0; i < 2; ++i) {
+      ref[i] -= lr * wd * ref[i];
+      m[i] = b1 * m[i] + (1 - b1) * g[i];
+      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+      const double m_hat = m[i] / (1 - std::pow(b1, t)), v_hat = v[i] / (1 - std::pow(b2, t));
+      ref[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
+      EXPECT_NEAR(p[static_cast<std::size_t>(i)], ref[i], 1e-6) << "step " << t << " element " << i;
+    }
+  }
+  // Step 1 in words: the update is lr * sign(g) (m_hat = g, v_hat = g^2), after the decay.
+  EXPECT_EQ(adam.steps(), 2);
+}
+
+// Shards of uneven sizes, each with its own optimizer, against one optimizer
+// over the whole buffer: the same bits after several steps.
+template <typename Optimizer, typename Options>
+void expect_sharded_equals_whole(Options options) {
+  const std::int64_t n = 1000;
+  Rng rng(3);
+  std::vector<float> whole(n), grads(n);
+  for (float& v : whole) v = static_cast<float>(rng.normal(0, 1));
+  std::vector<float> sharded = whole;
+  Optimizer full(options, n);
+  const std::vector<std::int64_t> bounds{0, 333, 334, 700, 1000};  // includes a one-element shard
+  std::vector<Optimizer> shards;
+  for (std::size_t s = 0; s + 1 < bounds.size(); ++s) shards.emplace_back(options, bounds[s + 1] - bounds[s]);
+  for (int step = 0; step < 5; ++step) {
+    for (float& g : grads) g = static_cast<float>(rng.normal(0, 1));
+    full.step(whole, grads);
+    for (std::size_t s = 0; s + 1 < bounds.size(); ++s) {
+      const auto begin = static_cast<std::size_t>(bounds[s]);
+      const auto count = static_cast<std::size_t>(bounds[s + 1] - bounds[s]);
+      shards[s].step(std::span<float>(sharded).subspan(begin, count), std::span<const float>(grads).subspan(begin, count));
+    }
+  }
+  EXPECT_EQ(std::memcmp(whole.data(), sharded.data(), whole.size() * sizeof(float)), 0);
+}
+
+TEST(Sgd, ShardedStepEqualsWholeStepBitForBit) {
+  expect_sharded_equals_whole<Sgd>(SgdOptions{.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f});
+}
+
+TEST(AdamW, ShardedStepEqualsWholeStepBitForBit) {
+  expect_sharded_equals_whole<AdamW>(AdamWOptions{.lr = 0.01f, .weight_decay = 0.1f});
+}
+
+TEST(Optimizers, StateIsChargedToOptimizerState) {
+  MemoryTracker& tracker = memory_tracker();
+  const std::int64_t before = tracker.current(MemoryCategory::kOptimizerState);
+  {
+    AdamW adam({}, 100);
+    Sgd sgd({.momentum = 0.9f}, 50);
+    EXPECT_EQ(tracker.current(MemoryCategory::kOptimizerState) - before, 100 * 8 + 50 * 4);
+  }
+  EXPECT_EQ(tracker.current(MemoryCategory::kOptimizerState), before);
+}
+
+TEST(Optimizers, RejectMismatchedSlices) {
+  AdamW adam({}, 4);
+  std::vector<float> p(3), g(4);
+  EXPECT_THROW(adam.step(p, g), InvalidArgument);
+  Sgd sgd({}, 3);
+  EXPECT_THROW(sgd.step(p, g), InvalidArgument);
+  EXPECT_THROW(AdamW({.beta1 = 1.0f}, 4), InvalidArgument);
+  EXPECT_THROW(Sgd({.lr = -1.0f}, 4), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace dtl::nn
