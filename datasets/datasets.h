@@ -9,7 +9,7 @@
 ///                   character-level text for a tiny GPT;
 ///   - mnist.cc      load_mnist(): the IDX files of MNIST (fetch_mnist.sh);
 ///   - sampler.cc    DistributedSampler: which rows each rank trains on, per epoch;
-///   - random.h      Rng: the portable generator behind all of it.
+///   - harness/random.h  Rng: the portable generator behind all of it (shared with harness/nn).
 ///
 /// Every generator is a pure function of its arguments: the same seed gives the
 /// same bits on every machine (see random.h for why that needs care), and every
@@ -29,10 +29,13 @@
 #include <utility>
 #include <vector>
 
-#include "datasets/random.h"
+#include "harness/random.h"
 #include "harness/error.h"
 
 namespace dtl::data {
+
+using dtl::Rng;         // harness/random.h: the portable generator, named here for data code
+using dtl::splitmix64;
 
 /// @brief A file could not be read, or its contents are not what the loader expects.
 ///

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "datasets/random.h"
+#include "harness/random.h"
 
 namespace dtl::data {
 namespace {

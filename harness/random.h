@@ -1,6 +1,7 @@
 /// @file
-/// @brief dtl::data::Rng — the one random number generator of the data sets,
-/// specified bit for bit so that every machine makes the same data.
+/// @brief dtl::Rng — the one random number generator of dtlabs (data sets, weight
+/// initialisation, test inputs), specified bit for bit so that every machine
+/// makes the same data and the same initial models.
 ///
 /// Why not `std::normal_distribution`? The C++ standard fixes the engines
 /// (`std::mt19937_64` gives the same integers everywhere) but not the
@@ -28,7 +29,7 @@
 #include <cstdint>
 #include <numbers>
 
-namespace dtl::data {
+namespace dtl {
 
 /// @brief One step of splitmix64 (Steele, Lea and Flood, 2014).
 ///
@@ -102,9 +103,21 @@ class Rng {
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
   }
 
+  /// @brief A normal draw with the given mean and standard deviation: mean + stddev * normal().
+  /// @param[in] mean the mean.
+  /// @param[in] stddev the standard deviation.
+  /// @return a double from N(mean, stddev^2).
+  double normal(double mean, double stddev) { return mean + stddev * normal(); }
+
+  /// @brief A uniform double in [low, high).
+  /// @param[in] low the lower end (included).
+  /// @param[in] high the upper end (excluded).
+  /// @return low + (high - low) * uniform().
+  double uniform(double low, double high) { return low + (high - low) * uniform(); }
+
  private:
   static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
   uint64_t s_[4];
 };
 
-}  // namespace dtl::data
+}  // namespace dtl
