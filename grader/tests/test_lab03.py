@@ -1,0 +1,109 @@
+"""Lab 03 end to end. `grade.py 03 --reference` gives 100 / 100 for part 1 with
+part 2's GPU items reported as "not gradable without a GPU" (left out of the
+total) where there is none; `--skeleton` gives 0 / 100 fast. A reduce-scatter
+that divides every contribution by P before adding (the classic averaging
+mistake) loses the reduce-scatter and allreduce items and the allreduce speed
+item, and nothing else."""
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import helpers  # noqa: E402
+
+sys.path.insert(0, str(helpers.ROOT / "grader"))
+import grade  # noqa: E402
+
+HAVE_GPU = grade.gpu_available()
+
+
+def gradable(tests: list[dict]) -> list[dict]:
+    """The items this machine grades: without a GPU, part 2's are reported, not scored."""
+    return [t for t in tests if HAVE_GPU or not t["name"].startswith("Part 2 ")]
+
+# The reference's reduce-scatter with the average taken term by term, first.
+DIVIDE_FIRST = """\
+  std::vector<T> scratch(chunk_count(buf.size(), size, 0));
+  if (op == Op::kAvg) {
+    for (T& x : buf) x /= static_cast<T>(size);
+  }
+  for (int step = 0; step < size - 1; ++step) {
+    const RingStep s = ring_step(rank, size, step);
+    const std::span<T> out = chunk_span(buf, size, s.send_chunk);
+    const std::span<T> in = chunk_span(buf, size, s.recv_chunk);
+    DTL_MPI_CHECK(MPI_Sendrecv(out.data(), static_cast<int>(out.size()), type, right, tag,
+                               scratch.data(), static_cast<int>(in.size()), type, left, tag, comm,
+                               MPI_STATUS_IGNORE));
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] += scratch[i];
+  }
+"""
+
+
+class TestLab03Reference(helpers.GraderAssertions, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.graded = helpers.grade("--reference", lab="03")
+
+    def test_full_marks_for_what_this_machine_can_grade(self):
+        self.assertEqual(self.graded.returncode, 0, self.graded.output[-3000:])
+        self.assertGradescopeJson(self.graded)
+        self.assertEqual(self.graded.json["score"], 130 if HAVE_GPU else 100)
+        # 5 part-1 items + 3 part-2 items + 2 speed items + 2 example hidden items
+        self.assertEqual(len(self.graded.json["tests"]), 12)
+        self.assertFullMarks(gradable(self.graded.json["tests"]))
+
+    def test_gpu_items_are_not_gradable_without_a_gpu(self):
+        if HAVE_GPU:
+            self.skipTest("a GPU is present: part 2 is graded")
+        gpu_items = self.graded.items("lab03_gpu")
+        self.assertEqual(len(gpu_items), 3)
+        for item in gpu_items:
+            self.assertEqual(item["max_score"], 0, item["name"])
+            self.assertIn("not gradable without a GPU", item["output"], item["name"])
+
+
+class TestLab03Skeleton(helpers.GraderAssertions, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.graded = helpers.grade("--skeleton", lab="03")
+
+    def test_zero_fast(self):
+        self.assertEqual(self.graded.returncode, 0, self.graded.output[-3000:])
+        self.assertGradescopeJson(self.graded)
+        self.assertEqual(self.graded.json["score"], 0)
+        self.assertEqual(self.graded.json["max_score"], 130 if HAVE_GPU else 100)
+        self.assertLess(self.graded.seconds, 120, "the skeleton must fail fast, not time out")
+        self.assertNotIn("TIMEOUT", self.graded.output)
+        self.assertNotIn("CRASHED", self.graded.output)
+        for t in self.graded.json["tests"]:
+            if t["name"].startswith("Speed:"):
+                self.assertIn("speed counts only for a correct solution", t["output"], t["name"])
+            elif not t["name"].startswith("Part 2 "):
+                self.assertIn("is not implemented yet", t["output"], t["name"])
+
+
+class TestLab03DivideFirst(helpers.GraderAssertions, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        sub = helpers.make_submission(helpers.temp_folder(cls) / "sub", "reduce_scatter_ring", DIVIDE_FIRST, lab="03")
+        cls.graded = helpers.grade("--submission", str(sub), lab="03")
+
+    def test_only_the_average_items_fail(self):
+        self.assertEqual(self.graded.returncode, 0, self.graded.output[-3000:])
+        self.assertGradescopeJson(self.graded)
+        perf = [t for t in self.graded.items("perf") if "allreduce_ring of" in t["name"]]
+        failing = self.graded.items("lab03_reduce_scatter") + self.graded.items("lab03_allreduce") + perf
+        self.assertEqual(len(failing), 3, [t["name"] for t in failing])
+        self.assertZero(failing)
+        rest = [t for t in gradable(self.graded.json["tests"]) if t not in failing]
+        self.assertFullMarks(rest)
+        self.assertEqual(self.graded.json["score"], 60 if not HAVE_GPU else 90)
+
+    def test_message_shows_rank_and_element(self):
+        item = self.graded.item("B. ring allreduce: sum and average (divided once), 2(P-1) messages")
+        self.assertRegex(item["output"], r"rank \d+")
+        self.assertRegex(item["output"], r"expected .* got ")
+
+
+if __name__ == "__main__":
+    unittest.main()
