@@ -62,6 +62,48 @@ def fit_alpha_beta(sizes, times):
     return alpha, beta
 
 
+def read_markdown_tables(path):
+    """The pipe tables of a Markdown file (a lab's bench/RESULTS.md), in file order.
+
+    Returns a list of (heading, header, rows): heading is the text of the last `#`
+    heading above the table, header the list of column names, rows lists of cell
+    strings (the |---| line is dropped). Used by the decks' make_figures.py scripts.
+    """
+    tables, heading, block = [], "", []
+
+    def flush():
+        if len(block) >= 2:
+            cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in block]
+            tables.append((heading, cells[0], [r for r in cells[2:] if len(r) == len(cells[0])]))
+        block.clear()
+
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.lstrip().startswith("|"):
+                block.append(line)
+                continue
+            flush()
+            if line.startswith("#"):
+                heading = line.lstrip("#").strip()
+    flush()
+    return tables
+
+
+def parse_size(text):
+    """'64 KiB' -> 65536, '8 B' -> 8, '1 MiB' -> 1048576, '4096' -> 4096."""
+    value, _, unit = text.strip().partition(" ")
+    scale = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[unit.strip()]
+    return int(float(value) * scale)
+
+
+def cell_number(text):
+    """A table cell as a float; None for '-' or an empty cell. Strips ** and units."""
+    text = text.replace("**", "").strip()
+    if text in ("", "-", "—"):
+        return None
+    return float(text.split()[0])
+
+
 def size_label(n):
     for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale and n % scale == 0:
