@@ -66,8 +66,10 @@ double clock_seconds() {
 // Work
 // ---------------------------------------------------------------------------
 
-WorkImpl::WorkImpl(std::string description)
-    : description_(std::move(description)), issue_(clock_seconds()), start_(issue_) {}
+WorkImpl::WorkImpl(std::string description, double issue_seconds)
+    : description_(std::move(description)),
+      issue_(issue_seconds < 0 ? clock_seconds() : issue_seconds),
+      start_(issue_) {}
 
 Work::Work(std::unique_ptr<WorkImpl> impl, double timeout_seconds)
     : impl_(std::move(impl)), timeout_seconds_(timeout_seconds) {}

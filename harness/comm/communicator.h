@@ -157,7 +157,8 @@ class WorkImpl {
  public:
   /// @brief Records what the operation is and when it was issued.
   /// @param[in] description what the operation is, for messages (OpInfo::description).
-  explicit WorkImpl(std::string description);
+  /// @param[in] issue_seconds when the caller issued it; negative: now. The start time begins equal to it.
+  explicit WorkImpl(std::string description, double issue_seconds = -1.0);
   /// @brief Backends release their resources; never throws.
   virtual ~WorkImpl() = default;
   WorkImpl(const WorkImpl&) = delete;

@@ -76,7 +76,10 @@ class EmulatedWork final : public WorkImpl {
  public:
   EmulatedWork(std::string description, Work inner, double model_start, double model_end,
                std::shared_ptr<std::atomic<std::size_t>> late)
-      : WorkImpl(std::move(description)), inner_(std::move(inner)), model_end_(model_end), late_(std::move(late)) {
+      : WorkImpl(std::move(description), inner.issue_seconds()),
+        inner_(std::move(inner)),
+        model_end_(model_end),
+        late_(std::move(late)) {
     set_start(model_start);
   }
 
@@ -202,7 +205,7 @@ std::unique_ptr<WorkImpl> EmulatedCommunicator::emulate(const OpInfo& info, Work
   {
     // One link: this operation gets it when the previous one is done with it.
     std::lock_guard lock(mutex_);
-    start = std::max(clock_seconds(), link_free_at_);
+    start = std::max(inner.issue_seconds(), link_free_at_);
     link_free_at_ = start + seconds;
   }
   return std::make_unique<EmulatedWork>(info.description, std::move(inner), start, start + seconds, late_);
