@@ -540,8 +540,11 @@ double timed(int reps, F&& fn) {
 }
 
 TEST(Overlap, MeasuresComputeWhileAllreduceInFlight) {
-  const std::size_t count = std::size_t{1} << 21;  // 8 MiB of f32
-  const int reps = 5;
+  // 8 MiB of f32 by default; DTL_OVERLAP_MIB and DTL_OVERLAP_REPS for a longer measurement.
+  const char* mib = std::getenv("DTL_OVERLAP_MIB");
+  const char* reps_env = std::getenv("DTL_OVERLAP_REPS");
+  const std::size_t count = (mib != nullptr ? std::strtoul(mib, nullptr, 10) : 8) * (std::size_t{1} << 18);
+  const int reps = reps_env != nullptr ? std::atoi(reps_env) : 5;
   std::vector<float> grads = values<float>(count, comm().rank());
   std::vector<float> scratch(std::size_t{1} << 20, 1.0f);  // 4 MiB: one compute repeat
   volatile double sink = 0;
