@@ -176,6 +176,8 @@ struct detail::CommTask {
   double end = 0.0;
 };
 
+namespace {
+
 // The caller's side of one queued call.
 class CommThreadWork final : public WorkImpl {
  public:
@@ -208,6 +210,8 @@ class CommThreadWork final : public WorkImpl {
 
   std::shared_ptr<detail::CommTask> task_;
 };
+
+}  // namespace
 
 CommThread::CommThread(std::string name) : name_(std::move(name)), thread_([this] { run(); }) {}
 
