@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -368,6 +369,9 @@ TEST(Emulator, CompletesNoEarlierThanTheModelAndNotMuchLater) {
   auto c = slow_emulator();
   EXPECT_THAT(c->name(), HasSubstr("emulated alpha=1ms,bw=200MB/s"));
   const int rank = comm().rank();
+  std::ostringstream report;
+  report << "[dtl] emulator accuracy on " << c->link().describe() << ", P = " << comm().size()
+         << " (this rank's Work, end - start):\n";
   for (std::size_t n : {std::size_t{0}, std::size_t{1000}, std::size_t{1u << 18}}) {
     std::vector<float> buf = values<float>(n, rank), expected(n);
     MPI_Allreduce(buf.data(), expected.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm());
@@ -380,7 +384,13 @@ TEST(Emulator, CompletesNoEarlierThanTheModelAndNotMuchLater) {
     EXPECT_GE(w.end_seconds() - w.start_seconds(), model - 1e-9) << "n=" << n;
     EXPECT_GE(now - w.issue_seconds(), model - 1e-9) << "wait() returned before the model's time, n=" << n;
     EXPECT_LE(w.end_seconds() - w.start_seconds(), model + kLateSlack) << "n=" << n;
+    char line[160];
+    std::snprintf(line, sizeof line, "  allreduce %9s  model %8.3f ms  emulated %8.3f ms  (+%.3f ms)\n",
+                  dtl::format_bytes(n * 4).c_str(), model * 1e3, (w.end_seconds() - w.start_seconds()) * 1e3,
+                  (w.end_seconds() - w.start_seconds() - model) * 1e3);
+    report << line;
   }
+  if (rank == 0) std::cout << report.str() << std::flush;
 }
 
 TEST(Emulator, SerializesOperationsFifoAsOnOneLink) {
