@@ -2,7 +2,10 @@
 // communication thread. See Note [Why a communication thread] in the header.
 #include "harness/comm/mpi_communicator.h"
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -74,7 +77,137 @@ class RequestWork final : public WorkImpl {
 
 }  // namespace
 
-const char* mpi_mode_name(MpiMode mode) { return mode == MpiMode::kThread ? "mpi-thread" : "mpi-nonblocking"; }
+// ---------------------------------------------------------------------------
+// The progress thread of MpiMode::kPolling
+// ---------------------------------------------------------------------------
+
+namespace detail {
+
+// One request the progress thread watches, shared with the caller's Work.
+struct PollTask {
+  MPI_Request request = MPI_REQUEST_NULL;
+  std::function<void()> finish;
+  std::shared_ptr<void> keep_alive;
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+  double end = 0.0;
+};
+
+class Poller {
+ public:
+  Poller() : thread_([this] { run(); }) {}
+  ~Poller() {  // completes what is pending (every rank issued it), then stops
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void watch(std::shared_ptr<PollTask> task) {
+    {
+      std::lock_guard lock(mutex_);
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  static constexpr auto kInterval = std::chrono::microseconds(100);
+
+  void run() {
+    for (;;) {
+      std::vector<std::shared_ptr<PollTask>> tasks;
+      {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        tasks = tasks_;
+      }
+      for (auto& task : tasks) poll(*task);
+      {
+        std::lock_guard lock(mutex_);
+        std::erase_if(tasks_, [](const std::shared_ptr<PollTask>& t) {
+          std::lock_guard task_lock(t->mutex);
+          return t->done;
+        });
+        if (tasks_.empty()) continue;
+      }
+      std::this_thread::sleep_for(kInterval);  // give the core back to the compute
+    }
+  }
+  static void poll(PollTask& task) {
+    int flag = 0;
+    std::exception_ptr error;
+    try {
+      DTL_MPI_CHECK(MPI_Test(&task.request, &flag, MPI_STATUS_IGNORE));
+      if (flag && task.finish) task.finish();
+    } catch (...) {
+      error = std::current_exception();
+      flag = 1;
+    }
+    if (!flag) return;
+    {
+      std::lock_guard lock(task.mutex);
+      task.done = true;
+      task.error = error;
+      task.end = clock_seconds();
+    }
+    task.cv.notify_all();
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<PollTask>> tasks_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace detail
+
+namespace {
+
+// The caller's side of a polled request: waits on the task, never calls MPI.
+class PolledWork final : public WorkImpl {
+ public:
+  PolledWork(std::string description, std::shared_ptr<detail::PollTask> task)
+      : WorkImpl(std::move(description)), task_(std::move(task)) {}
+  bool test() override {
+    std::lock_guard lock(task_->mutex);
+    return finished();
+  }
+  bool wait_until(double deadline_seconds) override {
+    std::unique_lock lock(task_->mutex);
+    while (!task_->done) {
+      const double left = deadline_seconds - clock_seconds();
+      if (left <= 0) return false;
+      task_->cv.wait_for(lock, std::chrono::duration<double>(std::min(left, 3600.0)));
+    }
+    return finished();
+  }
+
+ private:
+  bool finished() {  // caller holds task_->mutex
+    if (!task_->done) return false;
+    set_end(task_->end);
+    if (task_->error) std::rethrow_exception(task_->error);
+    return true;
+  }
+  std::shared_ptr<detail::PollTask> task_;
+};
+
+}  // namespace
+
+const char* mpi_mode_name(MpiMode mode) {
+  switch (mode) {
+    case MpiMode::kNonblocking: return "mpi-nonblocking";
+    case MpiMode::kThread: return "mpi-thread";
+    case MpiMode::kPolling: return "mpi-polling";
+  }
+  return "?";
+}
 
 bool MpiCommunicator::thread_multiple_available() {
   int provided = MPI_THREAD_SINGLE;
@@ -85,9 +218,10 @@ bool MpiCommunicator::thread_multiple_available() {
 namespace {
 // Checked before MPI_Comm_dup, so that every rank throws before any collective.
 MpiMode checked_mode(MpiMode mode) {
-  if (mode == MpiMode::kThread && !MpiCommunicator::thread_multiple_available()) {
+  if (mode != MpiMode::kNonblocking && !MpiCommunicator::thread_multiple_available()) {
     throw Error(
-        "MpiCommunicator(MpiMode::kThread): MPI was initialized without MPI_THREAD_MULTIPLE [" + where_am_i() +
+        std::string("MpiCommunicator(") + mpi_mode_name(mode) +
+        "): MPI was initialized without MPI_THREAD_MULTIPLE [" + where_am_i() +
         "]. The communication thread calls MPI while the main thread may call it too, which needs "
         "MPI_THREAD_MULTIPLE. Initialize with MpiSession(&argc, &argv, MPI_THREAD_MULTIPLE) (the test main "
         "does), or use MpiMode::kNonblocking. See Note [Why a communication thread].");
@@ -98,12 +232,16 @@ MpiMode checked_mode(MpiMode mode) {
 
 MpiCommunicator::MpiCommunicator(MPI_Comm parent, MpiMode mode) : mode_(checked_mode(mode)), comm_(parent) {
   if (mode_ == MpiMode::kThread) thread_ = std::make_unique<CommThread>(mpi_mode_name(mode_));
+  if (mode_ == MpiMode::kPolling) poller_ = std::make_unique<detail::Poller>();
 }
 
-// The thread drains its queue before it stops: every rank issued those
-// operations, so they complete. Only then is the communicator freed (comm_ is
-// destroyed after this body, thread_ explicitly first).
-MpiCommunicator::~MpiCommunicator() { thread_.reset(); }
+// The thread (or the progress thread) drains its queue before it stops: every
+// rank issued those operations, so they complete. Only then is the
+// communicator freed (comm_ is destroyed after this body).
+MpiCommunicator::~MpiCommunicator() {
+  thread_.reset();
+  poller_.reset();
+}
 
 std::unique_ptr<WorkImpl> MpiCommunicator::start(const OpInfo& info, std::function<void()> blocking,
                                                  const std::function<void(MPI_Request*)>& nonblocking,
@@ -117,6 +255,15 @@ std::unique_ptr<WorkImpl> MpiCommunicator::start(const OpInfo& info, std::functi
   }
   MPI_Request request = MPI_REQUEST_NULL;
   nonblocking(&request);
+  if (mode_ == MpiMode::kPolling) {
+    auto task = std::make_shared<detail::PollTask>();
+    task->request = request;
+    task->finish = std::move(finish);
+    task->keep_alive = std::move(keep_alive);
+    auto work = std::make_unique<PolledWork>(info.description, task);
+    poller_->watch(std::move(task));
+    return work;
+  }
   return std::make_unique<RequestWork>(info.description, request, std::move(finish), std::move(keep_alive));
 }
 
