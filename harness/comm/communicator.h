@@ -10,7 +10,9 @@
 /// The contract, for every backend:
 ///  - **Same operations, same order.** Every rank issues the same collectives,
 ///    with the same counts, types, ops and roots, in the same order. A backend
-///    may run several operations at once, but it matches them by order.
+///    may run several operations at once, but it matches them by order. Issue
+///    from one thread per communicator (the order must be well defined); the
+///    Work handles may be waited for from any thread.
 ///  - **Hands off until wait().** Between issuing an operation and the return of
 ///    Work::wait() (or of a Work::test() that returned true), the operation owns
 ///    its buffers: do not read or write them, do not free them.

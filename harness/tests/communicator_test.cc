@@ -365,7 +365,7 @@ std::unique_ptr<dtl::EmulatedCommunicator> slow_emulator() {
 }
 
 // The upper bound is loose on purpose: a 2-core machine running 4 ranks is noisy.
-constexpr double kLateSlack = 0.25;  // seconds
+constexpr double kLateSlack = 1.0;  // seconds
 
 TEST(Emulator, CompletesNoEarlierThanTheModelAndNotMuchLater) {
   auto c = slow_emulator();
@@ -434,8 +434,11 @@ TEST(Emulator, SerializesOperationsFifoAsOnOneLink) {
 // The point of the emulator: the model's time passes while the caller works, on
 // no core. "Compute" is a sleep here so that the check holds on a loaded machine.
 TEST(Emulator, OverlapsWithTheCallersWork) {
-  auto c = slow_emulator();
-  std::vector<float> buf = values<float>(1u << 18, comm().rank());  // 1 MiB
+  // A link so slow (alpha 100 ms) that the model dwarfs the real 64 KiB allreduce
+  // even on a loaded machine: run one after the other, the two would take 2x the model.
+  auto c = std::make_unique<dtl::EmulatedCommunicator>(
+      std::make_unique<dtl::MpiCommunicator>(comm(), dtl::MpiMode::kThread), dtl::parse_link("alpha=100ms,bw=10MB/s"));
+  std::vector<float> buf = values<float>(1u << 14, comm().rank());
   const double model = dtl::model_seconds(c->link(), CollectiveKind::kAllreduce, buf.size() * 4, comm().size());
   const double compute = std::max(model, 0.01);
   const double begin = dtl::clock_seconds();
@@ -444,7 +447,7 @@ TEST(Emulator, OverlapsWithTheCallersWork) {
   w.wait();
   const double both = dtl::clock_seconds() - begin;
   EXPECT_GE(both, std::max(model, compute) - 1e-9);
-  EXPECT_LT(both, compute + model * 0.5 + 0.05) << "the emulated allreduce did not overlap the caller's work";
+  EXPECT_LT(both, compute + model * 0.5 + 0.01) << "the emulated allreduce did not overlap the caller's work";
 }
 
 // ---------------------------------------------------------------------------
@@ -552,11 +555,11 @@ double timed(int reps, F&& fn) {
 }
 
 TEST(Overlap, MeasuresComputeWhileAllreduceInFlight) {
-  // 8 MiB of f32 by default; DTL_OVERLAP_MIB and DTL_OVERLAP_REPS for a longer measurement.
+  // 4 MiB of f32 and 3 repetitions by default (quick, in ctest); DTL_OVERLAP_MIB and DTL_OVERLAP_REPS for a longer measurement.
   const char* mib = std::getenv("DTL_OVERLAP_MIB");
   const char* reps_env = std::getenv("DTL_OVERLAP_REPS");
-  const std::size_t count = (mib != nullptr ? std::strtoul(mib, nullptr, 10) : 8) * (std::size_t{1} << 18);
-  const int reps = reps_env != nullptr ? std::atoi(reps_env) : 5;
+  const std::size_t count = (mib != nullptr ? std::strtoul(mib, nullptr, 10) : 4) * (std::size_t{1} << 18);
+  const int reps = reps_env != nullptr ? std::atoi(reps_env) : 3;
   std::vector<float> grads = values<float>(count, comm().rank());
   std::vector<float> scratch(std::size_t{1} << 20, 1.0f);  // 4 MiB: one compute repeat
   volatile double sink = 0;
