@@ -25,6 +25,7 @@
 #include "harness/comm/communicator.h"
 #include "harness/comm/emulated_communicator.h"
 #include "harness/comm/mpi_communicator.h"
+#include "harness/comm/threaded_communicator.h"
 #include "harness/testing/collective_checks.h"
 #include "harness/testing/mpi_test.h"
 
@@ -259,6 +260,51 @@ TEST(Communicator, ThreadModeIsAvailableUnderTheTestMain) {
   EXPECT_EQ(c->name(), "mpi-thread");
   EXPECT_EQ(c->rank(), comm().rank());
   EXPECT_EQ(c->world_size(), comm().size());
+}
+
+// A lab's own blocking collective as a backend. The stand-in here is a naive
+// allreduce (everyone's buffer to everyone, MPI_Allgather, summed locally);
+// the oracle is the closed form: the sum of values<float>(n, r) over the ranks.
+TEST(ThreadedCommunicator, RunsBlockingFunctionsAsABackend) {
+  const int p = comm().size();
+  dtl::BlockingCollectives ops;
+  ops.allreduce = [](MPI_Comm c, void* buf, std::size_t count, dtl::DType dtype, ReduceOp op) {
+    const int size = dtl::rank_and_size(c).size;
+    EXPECT_EQ(dtype, dtl::DType::kF32);
+    auto* x = static_cast<float*>(buf);
+    std::vector<float> all(count * static_cast<std::size_t>(size));
+    DTL_MPI_CHECK(
+        MPI_Allgather(x, static_cast<int>(count), MPI_FLOAT, all.data(), static_cast<int>(count), MPI_FLOAT, c));
+    for (std::size_t i = 0; i < count; ++i) {
+      float sum = 0;
+      for (int r = 0; r < size; ++r) sum += all[static_cast<std::size_t>(r) * count + i];
+      x[i] = op == ReduceOp::kAvg ? sum / static_cast<float>(size) : sum;
+    }
+  };
+  dtl::ThreadedCommunicator c(comm(), "naive-allgather-sum", ops);
+  EXPECT_EQ(c.name(), "naive-allgather-sum");
+  for (std::size_t n : counts()) {
+    std::vector<float> expected(n, 0.0f);
+    for (int r = 0; r < p; ++r) {
+      const auto v = values<float>(n, r);
+      for (std::size_t i = 0; i < n; ++i) expected[i] += v[i];
+    }
+    std::vector<float> a = values<float>(n, comm().rank()), b = a;
+    Work wa = c.allreduce(std::span<float>(a));
+    Work wb = c.allreduce(std::span<float>(b));  // queued behind wa
+    wb.wait();
+    wa.wait();
+    EXPECT_TRUE(buffers_equal(expected, a, "threaded allreduce n=" + std::to_string(n)));
+    EXPECT_TRUE(buffers_equal(expected, b, "second threaded allreduce n=" + std::to_string(n)));
+    EXPECT_GE(wb.start_seconds(), wa.end_seconds());
+  }
+  std::vector<float> buf(4);
+  try {
+    c.broadcast(std::span<float>(buf), 0);
+    ADD_FAILURE() << "a collective the backend has no function for should throw";
+  } catch (const dtl::InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("has no broadcast function in backend 'naive-allgather-sum'"));
+  }
 }
 
 // ---------------------------------------------------------------------------
