@@ -17,6 +17,7 @@ namespace {
 // The presets. Bandwidths are line rates (what the link can carry, not what
 // a given MPI achieves on it); alphas are typical one-way small-message
 // latencies through the whole software stack. Sources:
+//  - 1GbE: IEEE 802.3ab, 1 Gbit/s = 125 MB/s; ~50 us for MPI over kernel TCP.
 //  - 10GbE, 25GbE, 100GbE: IEEE 802.3ae / 802.3by / 802.3ba line rates (10, 25,
 //    100 Gbit/s = 1.25, 3.125, 12.5 GB/s); latency ~10 us for MPI over kernel TCP
 //    on 10GbE, ~5 us on 25GbE, ~2 us for RoCE v2 on 100GbE (vendor MPI/perftest figures).
@@ -31,7 +32,7 @@ struct Preset {
   double bytes_per_second;
 };
 constexpr Preset kPresets[] = {
-    {"10GbE", 10e-6, 1.25e9},  {"25GbE", 5e-6, 3.125e9}, {"100GbE", 2e-6, 12.5e9},
+    {"1GbE", 50e-6, 125e6},    {"10GbE", 10e-6, 1.25e9},  {"25GbE", 5e-6, 3.125e9}, {"100GbE", 2e-6, 12.5e9},
     {"IB-HDR", 1e-6, 25e9},    {"NVLink4", 2e-6, 450e9},
 };
 

@@ -52,7 +52,7 @@ struct LinkModel {
 /// @brief A named link (the presets).
 ///
 /// Presets, line rates and typical small-message latencies (see the comment
-/// beside the table in emulated_communicator.cc for sources): "10GbE",
+/// beside the table in emulated_communicator.cc for sources): "1GbE", "10GbE",
 /// "25GbE", "100GbE", "IB-HDR", "NVLink4". Case-insensitive.
 /// @param[in] name one of the preset names.
 /// @return its model.
@@ -60,7 +60,7 @@ struct LinkModel {
 LinkModel link_by_name(std::string_view name);
 
 /// @brief The preset names.
-/// @return {"10GbE", "25GbE", "100GbE", "IB-HDR", "NVLink4"}.
+/// @return {"1GbE", "10GbE", "25GbE", "100GbE", "IB-HDR", "NVLink4"}.
 std::vector<std::string> link_names();
 
 /// @brief A link from text: a preset name, or "alpha=5us,bw=10GB/s".
