@@ -631,6 +631,7 @@ TEST(Overlap, MeasuresComputeWhileAllreduceInFlight) {
       [&] { return emulated_over("1GbE", dtl::MpiMode::kNonblocking); }};
   for (const auto& make_backend : backends) {
     std::unique_ptr<Communicator> c = make_backend();
+    grads = values<float>(count, comm().rank());  // each allreduce multiplies it by P: start afresh
     // Calibrate: as much compute as this backend's allreduce takes alone (warm),
     // where overlap matters most, and where the metric below is the most telling.
     const double warm = timed(3, [&] { c->allreduce(std::span<float>(grads)).wait(); });
@@ -668,8 +669,6 @@ TEST(Overlap, MeasuresComputeWhileAllreduceInFlight) {
     }
   }
   if (comm().rank() == 0) std::cout << table.str() << std::flush;
-  // The data grew by a factor P per allreduce; still finite (about 30 rounds).
-  EXPECT_TRUE(std::isfinite(grads[0]));
 }
 
 }  // namespace
