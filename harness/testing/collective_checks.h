@@ -29,7 +29,10 @@ namespace dtl::testing {
 
 /// @brief Calls `check(std::type_identity<T>{})` for T = float, double and std::int32_t.
 ///
-/// In the lambda, `using T = typename decltype(type)::type;` names the type.
+/// In the lambda, this line names the type:
+/// @code
+/// using T = typename decltype(type)::type;
+/// @endcode
 /// @tparam F a callable taking std::type_identity<T>.
 /// @param[in] check the per-type test body.
 template <typename F>

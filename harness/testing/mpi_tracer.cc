@@ -1,10 +1,16 @@
 // The PMPI tracer: each wrapper records the call, forwards to PMPI_*, and clears
 // the record when the call returns. See mpi_tracer.h for what it is for.
+//
+// Threads: each thread that calls MPI has its own record (which call, since
+// when, its last call), so a communication thread inside MPI_Allreduce and the
+// main thread inside MPI_Recv do not overwrite each other. The counters and the
+// table of pending requests are shared by the threads, behind the one mutex.
 #include "harness/testing/mpi_tracer.h"
 
 #include <fcntl.h>
 #include <mpi.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -23,35 +29,84 @@
 namespace dtl::trace {
 namespace {
 
-constexpr std::size_t kStateFileBytes = 1024;
+constexpr std::size_t kStateFileBytes = 4096;
 
 double now_seconds() {
   using namespace std::chrono;
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
-// Everything the tracer knows, behind one mutex: the wrappers run on the
-// application's threads while the watchdog thread reads describe_self().
-struct Tracer {
-  std::mutex mutex;
+// One thread's record. Changed only under Tracer::mutex.
+struct ThreadState {
+  std::string label;      // "main thread" or "thread <tid>"
   bool in_call = false;
   bool blocking = false;  // MPI_Test and friends return at once: not "blocked"
   double since = 0.0;
   std::string call;
   std::string last;
+  std::uint64_t last_order = 0;  // when `last` ended, in Tracer::calls_ended order
+};
+
+// Everything the tracer knows, behind one mutex: the wrappers run on the
+// application's threads while the watchdog thread reads describe_self().
+struct Tracer {
+  std::mutex mutex;
+  std::vector<ThreadState*> threads;  // every live thread that has called MPI
+  std::uint64_t calls_ended = 0;
   Counts counts;
-  std::unordered_map<MPI_Request, std::string> requests;  // pending Isend/Irecv
+  std::unordered_map<MPI_Request, std::string> requests;  // pending Isend/Irecv/I-collectives
   char* state_file = nullptr;                              // mmap'd, or null
   int world_rank = -1;
 
+  // The thread that speaks for the rank in the one-line summary (the file's
+  // state/since/call/last keys, which the grader reads too): the thread blocked
+  // longest, else the one polling longest, else none (the rank runs its own code).
+  const ThreadState* primary() const {  // caller holds the mutex
+    const ThreadState* best = nullptr;
+    for (const ThreadState* t : threads) {
+      if (!t->in_call) continue;
+      if (best == nullptr || (t->blocking && !best->blocking) ||
+          (t->blocking == best->blocking && t->since < best->since)) {
+        best = t;
+      }
+    }
+    return best;
+  }
+  // The last call of any thread, for "running its own code (last call: ...)".
+  std::string last_call() const {  // caller holds the mutex
+    const ThreadState* latest = nullptr;
+    for (const ThreadState* t : threads) {
+      if (!t->last.empty() && (latest == nullptr || t->last_order > latest->last_order)) latest = t;
+    }
+    return latest == nullptr ? std::string() : latest->last;
+  }
+  std::size_t threads_in_call() const {
+    std::size_t n = 0;
+    for (const ThreadState* t : threads) n += t->in_call ? 1 : 0;
+    return n;
+  }
+
   void mirror() {  // caller holds the mutex
     if (state_file == nullptr) return;
-    char text[kStateFileBytes];
-    const int n = std::snprintf(text, sizeof text, "rank %d\nstate %s\nsince %.3f\ncall %s\nlast %s\n",
-                                world_rank, in_call ? (blocking ? "blocked" : "polling") : "running",
-                                since, call.c_str(), last.c_str());
-    const std::size_t used = n < 0 ? 0 : std::min<std::size_t>(n, sizeof text - 1);
-    std::memcpy(state_file, text, used);
+    const ThreadState* p = primary();
+    std::string text = "rank " + std::to_string(world_rank) + "\nstate " +
+                       (p == nullptr ? "running" : p->blocking ? "blocked" : "polling");
+    char since[32];
+    std::snprintf(since, sizeof since, "%.3f", p == nullptr ? 0.0 : p->since);
+    text += std::string("\nsince ") + since + "\ncall " + (p == nullptr ? "" : p->call) + "\nlast " + last_call() +
+            "\n";
+    // With more than one thread inside MPI, one line each:
+    // "thread <blocked|polling> <since> <label>|<call>".
+    if (threads_in_call() > 1) {
+      for (const ThreadState* t : threads) {
+        if (!t->in_call) continue;
+        std::snprintf(since, sizeof since, "%.3f", t->since);
+        text += std::string("thread ") + (t->blocking ? "blocked " : "polling ") + since + " " + t->label + "|" +
+                t->call + "\n";
+      }
+    }
+    const std::size_t used = std::min(text.size(), kStateFileBytes - 1);
+    std::memcpy(state_file, text.data(), used);
     std::memset(state_file + used, 0, kStateFileBytes - used);
   }
 };
@@ -59,6 +114,66 @@ struct Tracer {
 Tracer& tracer() {
   static Tracer* t = new Tracer;  // never destroyed: wrappers may run during exit
   return *t;
+}
+
+// This thread's record: made on its first MPI call, dropped when the thread ends.
+thread_local ThreadState* tls_state = nullptr;
+thread_local bool tls_ended = false;
+
+struct ThreadEnd {
+  ~ThreadEnd() {
+    Tracer& t = tracer();
+    std::lock_guard lock(t.mutex);
+    t.threads.erase(std::remove(t.threads.begin(), t.threads.end(), tls_state), t.threads.end());
+    delete tls_state;
+    tls_state = nullptr;
+    tls_ended = true;
+    t.mirror();
+  }
+};
+
+ThreadState& self(Tracer& t) {  // caller holds the mutex
+  if (tls_state == nullptr) {
+    if (tls_ended) {  // an MPI call while this thread is being torn down: record it nowhere
+      static thread_local ThreadState scratch;
+      return scratch;
+    }
+    thread_local ThreadEnd end;  // its destructor unregisters the thread
+    (void)end;
+    tls_state = new ThreadState;
+    const long tid = ::syscall(SYS_gettid);
+    tls_state->label = tid == ::getpid() ? "main thread" : "thread " + std::to_string(tid);
+    t.threads.push_back(tls_state);
+  }
+  return *tls_state;
+}
+
+void enter(Tracer& t, std::string text, bool blocking) {  // caller holds the mutex
+  ThreadState& me = self(t);
+  me.in_call = true;
+  me.blocking = blocking;
+  me.since = now_seconds();
+  me.call = std::move(text);
+  t.mirror();
+}
+
+void leave(Tracer& t, bool remember) {  // caller holds the mutex
+  ThreadState& me = self(t);
+  me.in_call = false;
+  if (remember) {
+    me.last = std::move(me.call);
+    me.last_order = ++t.calls_ended;
+  }
+  me.call.clear();
+  t.mirror();
+}
+
+// "in MPI_Send(...) for 1.0 s" or "polling in MPI_Test(...) for 1.0 s".
+std::string in_call_text(bool blocking, const std::string& call, double seconds) {
+  std::ostringstream out;
+  out.precision(1);
+  out << (blocking ? "in " : "polling in ") << call << " for " << std::fixed << seconds << " s";
+  return out.str();
 }
 
 std::string peer(int rank, bool source) {
@@ -92,19 +207,12 @@ class CallScope {
     Tracer& t = tracer();
     std::lock_guard lock(t.mutex);
     ++t.counts.calls[name];
-    t.in_call = true;
-    t.blocking = blocking;
-    t.since = now_seconds();
-    t.call = std::move(text);
-    t.mirror();
+    enter(t, std::move(text), blocking);
   }
   ~CallScope() {
     Tracer& t = tracer();
     std::lock_guard lock(t.mutex);
-    t.in_call = false;
-    t.last = std::move(t.call);
-    t.call.clear();
-    t.mirror();
+    leave(t, true);
   }
   CallScope(const CallScope&) = delete;
   CallScope& operator=(const CallScope&) = delete;
@@ -196,34 +304,33 @@ void enable_state_file(const std::string& dir, int world_rank) {
 std::string describe_self() {
   Tracer& t = tracer();
   std::lock_guard lock(t.mutex);
-  std::ostringstream out;
-  out.precision(1);
-  if (t.in_call) {
-    out << (t.blocking ? "in " : "polling in ") << t.call << " for " << std::fixed
-        << now_seconds() - t.since << " s";
+  const double now = now_seconds();
+  const ThreadState& me = self(t);
+  std::string text;
+  if (me.in_call) {
+    text = in_call_text(me.blocking, me.call, now - me.since);
   } else {
-    out << "running its own code, not in an MPI call";
-    if (!t.last.empty()) out << " (last call: " << t.last << ")";
+    text = "running its own code, not in an MPI call";
+    if (!me.last.empty()) text += " (last call: " + me.last + ")";
   }
-  return out.str();
+  // Other threads of this process that are inside MPI right now.
+  for (const ThreadState* other : t.threads) {
+    if (other == &me || !other->in_call) continue;
+    text += "; " + other->label + ": " + in_call_text(other->blocking, other->call, now - other->since);
+  }
+  return text;
 }
 
 HarnessWait::HarnessWait(const std::string& what) {
   Tracer& t = tracer();
   std::lock_guard lock(t.mutex);
-  t.in_call = true;
-  t.blocking = true;
-  t.since = now_seconds();
-  t.call = "the test harness, waiting for " + what;
-  t.mirror();
+  enter(t, "the test harness, waiting for " + what, true);
 }
 
 HarnessWait::~HarnessWait() {
   Tracer& t = tracer();
   std::lock_guard lock(t.mutex);
-  t.in_call = false;
-  t.call.clear();
-  t.mirror();
+  leave(t, false);
 }
 
 std::string describe_all(const std::string& dir, int world_size, double min_seconds, bool* all_blocked) {
@@ -234,19 +341,35 @@ std::string describe_all(const std::string& dir, int world_size, double min_seco
   for (int r = 0; r < world_size; ++r) {
     std::ifstream in(dir + "/rank" + std::to_string(r) + ".state");
     std::string line, state, call, last;
+    std::vector<std::string> threads;  // "label: in CALL for S s", when several threads are in MPI
     double since = 0.0;
     while (std::getline(in, line)) {
       if (line.rfind("state ", 0) == 0) state = line.substr(6);
       if (line.rfind("since ", 0) == 0) since = std::atof(line.c_str() + 6);
       if (line.rfind("call ", 0) == 0) call = line.substr(5);
       if (line.rfind("last ", 0) == 0) last = line.substr(5);
+      if (line.rfind("thread ", 0) == 0) {  // "thread blocked 123.456 LABEL|CALL"
+        std::istringstream fields(line.substr(7));
+        std::string thread_state, label_call;
+        double thread_since = 0.0;
+        fields >> thread_state >> thread_since;
+        std::getline(fields >> std::ws, label_call);
+        const auto bar = label_call.find('|');
+        threads.push_back(label_call.substr(0, bar) + ": " +
+                          in_call_text(thread_state == "blocked", label_call.substr(bar + 1), now - thread_since));
+      }
     }
     out << "  rank " << r << ": ";
     if (state == "blocked" || state == "polling") {
       // Polling (MPI_Test in a loop) or a call entered just now is progress, not a deadlock.
       if (state != "blocked" || now - since < min_seconds) blocked = false;
-      out << (state == "blocked" ? "in " : "polling in ") << call << " for " << std::fixed
-          << now - since << " s\n";
+      if (threads.empty()) {
+        out << in_call_text(state == "blocked", call, now - since) << "\n";
+      } else {
+        out << threads.size() << " threads in MPI";
+        for (const auto& t : threads) out << "; " << t;
+        out << "\n";
+      }
     } else if (state == "running") {
       blocked = false;
       out << "running its own code, not in an MPI call"
@@ -430,6 +553,17 @@ int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status* status) {
   CallScope scope(#name, std::string(#name) + (text)); \
   return call
 
+// The nonblocking ones return at once; their request is remembered, so that a
+// wait on it reads "MPI_Wait(1 request: Iallreduce(4 MiB))".
+#define DTL_TRACE_ICOLLECTIVE(name, text, call)                                          \
+  const std::string dtl_text_ = std::string(#name) + (text);                             \
+  const int dtl_rc_ = [&] {                                                              \
+    CallScope scope(#name, dtl_text_, false);                                            \
+    return call;                                                                         \
+  }();                                                                                   \
+  if (dtl_rc_ == MPI_SUCCESS) dtl::trace::remember_request(*request, dtl_text_.substr(4)); \
+  return dtl_rc_
+
 static std::string bytes_arg(int count, MPI_Datatype type) {
   return "(" + dtl::format_bytes(dtl::trace::payload(count, type)) + ")";
 }
@@ -523,53 +657,53 @@ int MPI_Reduce_scatter(const void* send_buf, void* recv_buf, const int recv_coun
 }
 
 int MPI_Ibcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_COLLECTIVE(MPI_Ibcast, rooted_arg(count, type, root),
+  DTL_TRACE_ICOLLECTIVE(MPI_Ibcast, rooted_arg(count, type, root),
                        PMPI_Ibcast(buf, count, type, root, comm, request));
 }
 
 int MPI_Iallreduce(const void* send_buf, void* recv_buf, int count, MPI_Datatype type, MPI_Op op,
                    MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_COLLECTIVE(MPI_Iallreduce, bytes_arg(count, type),
+  DTL_TRACE_ICOLLECTIVE(MPI_Iallreduce, bytes_arg(count, type),
                        PMPI_Iallreduce(send_buf, recv_buf, count, type, op, comm, request));
 }
 
 int MPI_Ireduce(const void* send_buf, void* recv_buf, int count, MPI_Datatype type, MPI_Op op,
                 int root, MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_COLLECTIVE(MPI_Ireduce, rooted_arg(count, type, root),
+  DTL_TRACE_ICOLLECTIVE(MPI_Ireduce, rooted_arg(count, type, root),
                        PMPI_Ireduce(send_buf, recv_buf, count, type, op, root, comm, request));
 }
 
 int MPI_Iallgather(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
                    int recv_count, MPI_Datatype recv_type, MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_COLLECTIVE(MPI_Iallgather, bytes_arg(send_count, send_type),
+  DTL_TRACE_ICOLLECTIVE(MPI_Iallgather, bytes_arg(send_count, send_type),
                        PMPI_Iallgather(send_buf, send_count, send_type, recv_buf, recv_count,
                                        recv_type, comm, request));
 }
 
 int MPI_Ialltoall(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
                   int recv_count, MPI_Datatype recv_type, MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_COLLECTIVE(MPI_Ialltoall, bytes_arg(send_count, send_type),
+  DTL_TRACE_ICOLLECTIVE(MPI_Ialltoall, bytes_arg(send_count, send_type),
                        PMPI_Ialltoall(send_buf, send_count, send_type, recv_buf, recv_count,
                                       recv_type, comm, request));
 }
 
 int MPI_Igather(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
                 int recv_count, MPI_Datatype recv_type, int root, MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_COLLECTIVE(MPI_Igather, rooted_arg(send_count, send_type, root),
+  DTL_TRACE_ICOLLECTIVE(MPI_Igather, rooted_arg(send_count, send_type, root),
                        PMPI_Igather(send_buf, send_count, send_type, recv_buf, recv_count, recv_type,
                                     root, comm, request));
 }
 
 int MPI_Iscatter(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
                  int recv_count, MPI_Datatype recv_type, int root, MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_COLLECTIVE(MPI_Iscatter, rooted_arg(recv_count, recv_type, root),
+  DTL_TRACE_ICOLLECTIVE(MPI_Iscatter, rooted_arg(recv_count, recv_type, root),
                        PMPI_Iscatter(send_buf, send_count, send_type, recv_buf, recv_count, recv_type,
                                      root, comm, request));
 }
 
 int MPI_Ireduce_scatter_block(const void* send_buf, void* recv_buf, int recv_count, MPI_Datatype type,
                               MPI_Op op, MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_COLLECTIVE(MPI_Ireduce_scatter_block, bytes_arg(recv_count, type),
+  DTL_TRACE_ICOLLECTIVE(MPI_Ireduce_scatter_block, bytes_arg(recv_count, type),
                        PMPI_Ireduce_scatter_block(send_buf, recv_buf, recv_count, type, op, comm, request));
 }
 
@@ -583,14 +717,14 @@ int MPI_Exscan(const void* send_buf, void* recv_buf, int count, MPI_Datatype typ
 
 int MPI_Iscan(const void* send_buf, void* recv_buf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
               MPI_Request* request) {
-  DTL_TRACE_COLLECTIVE(MPI_Iscan, bytes_arg(count, type),
+  DTL_TRACE_ICOLLECTIVE(MPI_Iscan, bytes_arg(count, type),
                        PMPI_Iscan(send_buf, recv_buf, count, type, op, comm, request));
 }
 
 int MPI_Igatherv(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
                  const int recv_counts[], const int displs[], MPI_Datatype recv_type, int root, MPI_Comm comm,
                  MPI_Request* request) {
-  DTL_TRACE_COLLECTIVE(MPI_Igatherv, rooted_arg(send_count, send_type, root),
+  DTL_TRACE_ICOLLECTIVE(MPI_Igatherv, rooted_arg(send_count, send_type, root),
                        PMPI_Igatherv(send_buf, send_count, send_type, recv_buf, recv_counts, displs, recv_type,
                                      root, comm, request));
 }
@@ -598,7 +732,7 @@ int MPI_Igatherv(const void* send_buf, int send_count, MPI_Datatype send_type, v
 int MPI_Iscatterv(const void* send_buf, const int send_counts[], const int displs[], MPI_Datatype send_type,
                   void* recv_buf, int recv_count, MPI_Datatype recv_type, int root, MPI_Comm comm,
                   MPI_Request* request) {
-  DTL_TRACE_COLLECTIVE(MPI_Iscatterv, rooted_arg(recv_count, recv_type, root),
+  DTL_TRACE_ICOLLECTIVE(MPI_Iscatterv, rooted_arg(recv_count, recv_type, root),
                        PMPI_Iscatterv(send_buf, send_counts, displs, send_type, recv_buf, recv_count, recv_type,
                                       root, comm, request));
 }
@@ -606,7 +740,7 @@ int MPI_Iscatterv(const void* send_buf, const int send_counts[], const int displ
 int MPI_Iallgatherv(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
                     const int recv_counts[], const int displs[], MPI_Datatype recv_type, MPI_Comm comm,
                     MPI_Request* request) {
-  DTL_TRACE_COLLECTIVE(MPI_Iallgatherv, bytes_arg(send_count, send_type),
+  DTL_TRACE_ICOLLECTIVE(MPI_Iallgatherv, bytes_arg(send_count, send_type),
                        PMPI_Iallgatherv(send_buf, send_count, send_type, recv_buf, recv_counts, displs,
                                         recv_type, comm, request));
 }
@@ -614,19 +748,19 @@ int MPI_Iallgatherv(const void* send_buf, int send_count, MPI_Datatype send_type
 int MPI_Ialltoallv(const void* send_buf, const int send_counts[], const int send_displs[],
                    MPI_Datatype send_type, void* recv_buf, const int recv_counts[], const int recv_displs[],
                    MPI_Datatype recv_type, MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_COLLECTIVE(MPI_Ialltoallv, "()",
+  DTL_TRACE_ICOLLECTIVE(MPI_Ialltoallv, "()",
                        PMPI_Ialltoallv(send_buf, send_counts, send_displs, send_type, recv_buf, recv_counts,
                                        recv_displs, recv_type, comm, request));
 }
 
 int MPI_Ireduce_scatter(const void* send_buf, void* recv_buf, const int recv_counts[], MPI_Datatype type,
                         MPI_Op op, MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_COLLECTIVE(MPI_Ireduce_scatter, "()",
+  DTL_TRACE_ICOLLECTIVE(MPI_Ireduce_scatter, "()",
                        PMPI_Ireduce_scatter(send_buf, recv_buf, recv_counts, type, op, comm, request));
 }
 
 int MPI_Ibarrier(MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_COLLECTIVE(MPI_Ibarrier, "()", PMPI_Ibarrier(comm, request));
+  DTL_TRACE_ICOLLECTIVE(MPI_Ibarrier, "()", PMPI_Ibarrier(comm, request));
 }
 
 }  // extern "C"

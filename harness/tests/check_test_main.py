@@ -68,6 +68,17 @@ with tempfile.TemporaryDirectory() as tmp:
     check(any(e["event"] == "timeout" and "MPI_Send" in e["report"] for e in events),
           "the progress file records the timeout and its report", json.dumps(events))
 
+    # Two threads per rank blocked in MPI (a communication thread and the main
+    # thread): a DEADLOCK, and the report shows both threads of each rank.
+    rc, out, seconds = run(2, "Meta.DISABLED_TwoThreadsBlocked", "--dtl_timeout=3")
+    check(rc != 0 and seconds < 30, f"the two-thread deadlock ends after the timeout ({seconds:.1f} s)", out)
+    check("DEADLOCK in Meta.DISABLED_TwoThreadsBlocked" in out, "two blocked threads per rank: DEADLOCK", out)
+    for r in range(2):
+        check(f"rank {r}: 2 threads in MPI" in out and
+              f"main thread: in MPI_Recv(source={r}, tag=22, up to 4 B)" in out and
+              f": in MPI_Recv(source={r}, tag=21, up to 4 B)" in out,
+              f"the report shows both threads of rank {r} in MPI_Recv", out)
+
     # A per-test timeout (DTL_TEST_TIMEOUTS) wins over the default one.
     ENV["DTL_TEST_TIMEOUT"] = "120"
     ENV["DTL_TEST_TIMEOUTS"] = "Other.Test=50,Meta.DISABLED_NaiveRingDeadlocks=2"

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "harness/comm/mpi.h"
@@ -13,6 +15,7 @@
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using dtl::testing::comm;
 
 TEST(Error, MpiCheckThrowsWithCallFileAndRank) {
@@ -101,6 +104,70 @@ TEST(Tracer, DescribesThePendingRequestsOfAWait) {
   EXPECT_THAT(self, HasSubstr("not in an MPI call"));
   EXPECT_THAT(self, HasSubstr("MPI_Waitall(2 requests: Irecv(source="));
   EXPECT_THAT(self, HasSubstr("Isend(dest=" + std::to_string((rank + 1) % size) + ", tag=9, 4 B)"));
+}
+
+TEST(Tracer, DescribesTheNonblockingCollectiveAWaitIsFor) {
+  float x = 1.0f, y = 0.0f;
+  MPI_Request request;
+  MPI_Iallreduce(&x, &y, 1, MPI_FLOAT, MPI_SUM, comm(), &request);
+  MPI_Wait(&request, MPI_STATUS_IGNORE);
+  EXPECT_EQ(y, static_cast<float>(comm().size()));
+  EXPECT_THAT(dtl::trace::describe_self(), HasSubstr("MPI_Wait(1 request: Iallreduce(4 B))"));
+}
+
+// Two threads calling MPI at once (a communication thread beside the main
+// thread): the counts are exact, and neither thread's record overwrites the other's.
+TEST(Tracer, CountsCallsFromTwoThreadsExactly) {
+  dtl::Comm self_comm(comm().get());
+  const int rank = comm().rank();
+  constexpr int kCalls = 300;
+  dtl::trace::reset_counts();
+  auto loop = [&](int tag) {
+    for (int i = 0; i < kCalls; ++i) {
+      int out = i, in = -1;
+      MPI_Sendrecv(&out, 1, MPI_INT, rank, tag, &in, 1, MPI_INT, rank, tag, self_comm, MPI_STATUS_IGNORE);
+    }
+  };
+  std::thread other(loop, 1);
+  loop(2);
+  other.join();
+  const auto counts = dtl::trace::counts();
+  EXPECT_EQ(counts.count("MPI_Sendrecv"), 2 * kCalls);
+  EXPECT_EQ(counts.messages_sent, 2 * kCalls);
+  EXPECT_EQ(counts.bytes_sent, 2 * kCalls * 4);
+  EXPECT_EQ(counts.sends_by_tag.at(1), kCalls);
+  EXPECT_EQ(counts.sends_by_tag.at(2), kCalls);
+}
+
+TEST(Tracer, DescribesEveryThreadInsideMpi) {
+  dtl::Comm self_comm(comm().get());
+  const int rank = comm().rank();
+  // Two threads block in MPI_Recv from this rank itself, tags 11 and 12; the main
+  // thread, outside MPI, must see both, then sends what they wait for.
+  auto receive = [&](int tag) {
+    int in = -1;
+    MPI_Recv(&in, 1, MPI_INT, rank, tag, self_comm, MPI_STATUS_IGNORE);
+  };
+  std::thread a(receive, 11), b(receive, 12);
+  std::string seen;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    seen = dtl::trace::describe_self();
+  } while ((seen.find("tag=11") == std::string::npos || seen.find("tag=12") == std::string::npos) &&
+           std::chrono::steady_clock::now() < deadline);
+  EXPECT_THAT(seen, HasSubstr("running its own code"));  // the main thread itself
+  EXPECT_THAT(seen, HasSubstr(": in MPI_Recv(source=" + std::to_string(rank) + ", tag=11, up to 4 B) for"));
+  EXPECT_THAT(seen, HasSubstr(": in MPI_Recv(source=" + std::to_string(rank) + ", tag=12, up to 4 B) for"));
+  EXPECT_THAT(seen, HasSubstr("thread "));
+  for (int tag : {11, 12}) {
+    int out = tag;
+    MPI_Send(&out, 1, MPI_INT, rank, tag, self_comm);
+  }
+  a.join();
+  b.join();
+  // Finished threads leave no record behind.
+  EXPECT_THAT(dtl::trace::describe_self(), Not(HasSubstr("tag=11")));
 }
 
 TEST(Checks, BuffersEqualNamesRankIndexExpectedAndGot) {

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/testing/mpi_test.h"
@@ -55,6 +56,20 @@ TEST(Meta, DISABLED_RankZeroSpins) {
     while (forever) {
     }
   }
+}
+
+// A communication thread and the main thread both blocked in MPI, forever: the
+// report must say DEADLOCK and show both calls of every rank.
+TEST(Meta, DISABLED_TwoThreadsBlocked) {
+  const int rank = comm().rank();
+  dtl::Comm thread_comm(comm().get());
+  std::thread comm_thread([&] {
+    int in = 0;
+    MPI_Recv(&in, 1, MPI_INT, rank, 21, thread_comm, MPI_STATUS_IGNORE);  // never sent
+  });
+  int in = 0;
+  MPI_Recv(&in, 1, MPI_INT, rank, 22, comm(), MPI_STATUS_IGNORE);  // never sent
+  comm_thread.join();
 }
 
 TEST(Meta, DISABLED_ThrowsOnEveryRank) { throw std::runtime_error("thrown on purpose"); }

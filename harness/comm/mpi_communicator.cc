@@ -1,0 +1,351 @@
+// The Open MPI backend: nonblocking collectives, or blocking ones on a
+// communication thread. See Note [Why a communication thread] in the header.
+#include "harness/comm/mpi_communicator.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace dtl {
+
+namespace {
+
+// kF16 and kBF16 travel as 16-bit integers: right for moving them, wrong for adding them.
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kF64: return MPI_DOUBLE;
+    case DType::kI32: return MPI_INT32_T;
+    case DType::kF16:
+    case DType::kBF16: return MPI_UINT16_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+void require_reducible(const char* function, DType dtype) {
+  DTL_REQUIRE_ARG(dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kI32, function, "dtype",
+                  std::string("is ") + dtype_name(dtype) +
+                      "; MpiCommunicator reduces f32, f64 and i32 (16-bit reductions come with lab 05)");
+}
+
+bool overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
+  const auto* pa = static_cast<const std::byte*>(a);
+  const auto* pb = static_cast<const std::byte*>(b);
+  return a_bytes > 0 && b_bytes > 0 && pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+// Nonblocking mode: one MPI request. Progress happens only in MPI_Test, here.
+class RequestWork final : public WorkImpl {
+ public:
+  RequestWork(std::string description, MPI_Request request, std::function<void()> finish,
+              std::shared_ptr<void> keep_alive)
+      : WorkImpl(std::move(description)),
+        request_(request),
+        finish_(std::move(finish)),
+        keep_alive_(std::move(keep_alive)) {}
+
+  bool test() override {
+    if (complete_) return true;
+    int flag = 0;
+    DTL_MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
+    if (flag) {
+      complete_ = true;
+      if (finish_) finish_();
+      set_end(clock_seconds());
+    }
+    return complete_;
+  }
+  bool wait_until(double deadline_seconds) override {
+    // MPI_Wait has no deadline, so poll; each MPI_Test also advances the operation.
+    while (!test()) {
+      if (clock_seconds() >= deadline_seconds) return false;
+      std::this_thread::yield();
+    }
+    return true;
+  }
+
+ private:
+  MPI_Request request_;
+  std::function<void()> finish_;
+  std::shared_ptr<void> keep_alive_;  // scratch copies the request reads from
+  bool complete_ = false;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// The progress thread of MpiMode::kPolling
+// ---------------------------------------------------------------------------
+
+namespace detail {
+
+// One request the progress thread watches, shared with the caller's Work.
+struct PollTask {
+  MPI_Request request = MPI_REQUEST_NULL;
+  std::function<void()> finish;
+  std::shared_ptr<void> keep_alive;
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+  double end = 0.0;
+};
+
+class Poller {
+ public:
+  Poller() : thread_([this] { run(); }) {}
+  ~Poller() {  // completes what is pending (every rank issued it), then stops
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void watch(std::shared_ptr<PollTask> task) {
+    {
+      std::lock_guard lock(mutex_);
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  static constexpr auto kInterval = std::chrono::microseconds(100);
+
+  void run() {
+    for (;;) {
+      std::vector<std::shared_ptr<PollTask>> tasks;
+      {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        tasks = tasks_;
+      }
+      for (auto& task : tasks) poll(*task);
+      {
+        std::lock_guard lock(mutex_);
+        std::erase_if(tasks_, [](const std::shared_ptr<PollTask>& t) {
+          std::lock_guard task_lock(t->mutex);
+          return t->done;
+        });
+        if (tasks_.empty()) continue;
+      }
+      std::this_thread::sleep_for(kInterval);  // give the core back to the compute
+    }
+  }
+  static void poll(PollTask& task) {
+    int flag = 0;
+    std::exception_ptr error;
+    try {
+      DTL_MPI_CHECK(MPI_Test(&task.request, &flag, MPI_STATUS_IGNORE));
+      if (flag && task.finish) task.finish();
+    } catch (...) {
+      error = std::current_exception();
+      flag = 1;
+    }
+    if (!flag) return;
+    {
+      std::lock_guard lock(task.mutex);
+      task.done = true;
+      task.error = error;
+      task.end = clock_seconds();
+    }
+    task.cv.notify_all();
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<PollTask>> tasks_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace detail
+
+namespace {
+
+// The caller's side of a polled request: waits on the task, never calls MPI.
+class PolledWork final : public WorkImpl {
+ public:
+  PolledWork(std::string description, std::shared_ptr<detail::PollTask> task)
+      : WorkImpl(std::move(description)), task_(std::move(task)) {}
+  bool test() override {
+    std::lock_guard lock(task_->mutex);
+    return finished();
+  }
+  bool wait_until(double deadline_seconds) override {
+    std::unique_lock lock(task_->mutex);
+    while (!task_->done) {
+      const double left = deadline_seconds - clock_seconds();
+      if (left <= 0) return false;
+      task_->cv.wait_for(lock, std::chrono::duration<double>(std::min(left, 3600.0)));
+    }
+    return finished();
+  }
+
+ private:
+  bool finished() {  // caller holds task_->mutex
+    if (!task_->done) return false;
+    set_end(task_->end);
+    if (task_->error) std::rethrow_exception(task_->error);
+    return true;
+  }
+  std::shared_ptr<detail::PollTask> task_;
+};
+
+}  // namespace
+
+const char* mpi_mode_name(MpiMode mode) {
+  switch (mode) {
+    case MpiMode::kNonblocking: return "mpi-nonblocking";
+    case MpiMode::kThread: return "mpi-thread";
+    case MpiMode::kPolling: return "mpi-polling";
+  }
+  return "?";
+}
+
+bool MpiCommunicator::thread_multiple_available() {
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  return provided >= MPI_THREAD_MULTIPLE;
+}
+
+namespace {
+// Checked before MPI_Comm_dup, so that every rank throws before any collective.
+MpiMode checked_mode(MpiMode mode) {
+  if (mode != MpiMode::kNonblocking && !MpiCommunicator::thread_multiple_available()) {
+    throw Error(
+        std::string("MpiCommunicator(") + mpi_mode_name(mode) +
+        "): MPI was initialized without MPI_THREAD_MULTIPLE [" + where_am_i() +
+        "]. The communication thread calls MPI while the main thread may call it too, which needs "
+        "MPI_THREAD_MULTIPLE. Initialize with MpiSession(&argc, &argv, MPI_THREAD_MULTIPLE) (the test main "
+        "does), or use MpiMode::kNonblocking. See Note [Why a communication thread].");
+  }
+  return mode;
+}
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm parent, MpiMode mode) : mode_(checked_mode(mode)), comm_(parent) {
+  if (mode_ == MpiMode::kThread) thread_ = std::make_unique<CommThread>(mpi_mode_name(mode_));
+  if (mode_ == MpiMode::kPolling) poller_ = std::make_unique<detail::Poller>();
+}
+
+// The thread (or the progress thread) drains its queue before it stops: every
+// rank issued those operations, so they complete. Only then is the
+// communicator freed (comm_ is destroyed after this body).
+MpiCommunicator::~MpiCommunicator() {
+  thread_.reset();
+  poller_.reset();
+}
+
+std::unique_ptr<WorkImpl> MpiCommunicator::start(const OpInfo& info, std::function<void()> blocking,
+                                                 const std::function<void(MPI_Request*)>& nonblocking,
+                                                 std::function<void()> finish, std::shared_ptr<void> keep_alive) {
+  if (mode_ == MpiMode::kThread) {
+    return thread_->submit(info.description, [blocking = std::move(blocking), finish = std::move(finish),
+                                               keep_alive = std::move(keep_alive)] {
+      blocking();
+      if (finish) finish();
+    });
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  nonblocking(&request);
+  if (mode_ == MpiMode::kPolling) {
+    auto task = std::make_shared<detail::PollTask>();
+    task->request = request;
+    task->finish = std::move(finish);
+    task->keep_alive = std::move(keep_alive);
+    auto work = std::make_unique<PolledWork>(info.description, task);
+    poller_->watch(std::move(task));
+    return work;
+  }
+  return std::make_unique<RequestWork>(info.description, request, std::move(finish), std::move(keep_alive));
+}
+
+std::unique_ptr<WorkImpl> MpiCommunicator::do_allreduce(void* buf, const OpInfo& info) {
+  require_reducible("allreduce", info.dtype);
+  const int count = to_mpi_count(info.count, "allreduce", "count");
+  const MPI_Datatype type = mpi_type(info.dtype);
+  MPI_Comm comm = comm_.get();
+  std::function<void()> finish;
+  if (info.op == ReduceOp::kAvg) {
+    finish = [buf, info] { divide_in_place(buf, info.count, info.dtype, info.world_size); };
+  }
+  return start(
+      info, [=] { DTL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, count, type, MPI_SUM, comm)); },
+      [=](MPI_Request* request) {
+        DTL_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, MPI_SUM, comm, request));
+      },
+      std::move(finish), nullptr);
+}
+
+std::unique_ptr<WorkImpl> MpiCommunicator::do_broadcast(void* buf, const OpInfo& info) {
+  const int count = to_mpi_count(info.count, "broadcast", "count");
+  const MPI_Datatype type = mpi_type(info.dtype);
+  const int root = info.root;
+  MPI_Comm comm = comm_.get();
+  return start(
+      info, [=] { DTL_MPI_CHECK(MPI_Bcast(buf, count, type, root, comm)); },
+      [=](MPI_Request* request) { DTL_MPI_CHECK(MPI_Ibcast(buf, count, type, root, comm, request)); }, nullptr,
+      nullptr);
+}
+
+std::unique_ptr<WorkImpl> MpiCommunicator::do_reduce_scatter(const void* send_buf, void* recv_buf,
+                                                             const OpInfo& info) {
+  require_reducible("reduce_scatter", info.dtype);
+  const int count = to_mpi_count(info.count, "reduce_scatter", "recv_count");
+  to_mpi_count(info.count * static_cast<std::size_t>(info.world_size), "reduce_scatter", "send_buf");
+  const MPI_Datatype type = mpi_type(info.dtype);
+  MPI_Comm comm = comm_.get();
+  // MPI_IN_PLACE for reduce_scatter_block expects the result at the *front* of
+  // the buffer, not at block `rank` as NCCL does; an overlapping input is copied instead.
+  std::shared_ptr<std::vector<std::byte>> copy;
+  const void* input = send_buf;
+  const std::size_t block_bytes = info.count * dtype_size(info.dtype);
+  if (overlap(send_buf, info.total_bytes(), recv_buf, block_bytes)) {
+    const auto* first = static_cast<const std::byte*>(send_buf);
+    copy = std::make_shared<std::vector<std::byte>>(first, first + info.total_bytes());
+    input = copy->data();
+  }
+  std::function<void()> finish;
+  if (info.op == ReduceOp::kAvg) {
+    finish = [recv_buf, info] { divide_in_place(recv_buf, info.count, info.dtype, info.world_size); };
+  }
+  return start(
+      info, [=] { DTL_MPI_CHECK(MPI_Reduce_scatter_block(input, recv_buf, count, type, MPI_SUM, comm)); },
+      [=](MPI_Request* request) {
+        DTL_MPI_CHECK(MPI_Ireduce_scatter_block(input, recv_buf, count, type, MPI_SUM, comm, request));
+      },
+      std::move(finish), copy);
+}
+
+std::unique_ptr<WorkImpl> MpiCommunicator::do_allgather(const void* send_buf, void* recv_buf, const OpInfo& info) {
+  const int count = to_mpi_count(info.count, "allgather", "send_count");
+  to_mpi_count(info.count * static_cast<std::size_t>(info.world_size), "allgather", "recv_buf");
+  const MPI_Datatype type = mpi_type(info.dtype);
+  MPI_Comm comm = comm_.get();
+  const std::size_t block_bytes = info.count * dtype_size(info.dtype);
+  const auto* own_block = static_cast<const std::byte*>(recv_buf) + block_bytes * static_cast<std::size_t>(rank());
+  std::shared_ptr<std::vector<std::byte>> copy;
+  const void* input = send_buf;
+  if (block_bytes > 0 && send_buf == own_block) {
+    input = MPI_IN_PLACE;  // MPI's in-place allgather has exactly NCCL's layout
+  } else if (overlap(send_buf, block_bytes, recv_buf, info.total_bytes())) {
+    const auto* first = static_cast<const std::byte*>(send_buf);
+    copy = std::make_shared<std::vector<std::byte>>(first, first + block_bytes);
+    input = copy->data();
+  }
+  return start(
+      info, [=] { DTL_MPI_CHECK(MPI_Allgather(input, count, type, recv_buf, count, type, comm)); },
+      [=](MPI_Request* request) {
+        DTL_MPI_CHECK(MPI_Iallgather(input, count, type, recv_buf, count, type, comm, request));
+      },
+      nullptr, copy);
+}
+
+}  // namespace dtl
