@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -49,11 +50,13 @@ inline constexpr int kSteps = 3;
 inline constexpr double kAbsTolerance = 2e-5;     // |ddp - oracle| <= kAbsTolerance + kRelTolerance |oracle|
 inline constexpr double kRelTolerance = 1e-4;
 
-enum class ModelKind { kMlp, kGpt };
+enum class ModelKind { kMlp, kGpt, kOddMlp };  // kOddMlp: odd widths, 3 hidden layers
 enum class OptKind { kSgd, kAdamW };
 
-inline const char* model_name(ModelKind m) { return m == ModelKind::kMlp ? "mlp" : "gpt"; }
+inline const char* model_name(ModelKind m) { return m == ModelKind::kMlp ? "mlp" : m == ModelKind::kGpt ? "gpt" : "odd_mlp"; }
+inline void PrintTo(ModelKind m, std::ostream* os) { *os << model_name(m); }
 inline const char* opt_name(OptKind o) { return o == OptKind::kSgd ? "sgd" : "adamw"; }
+inline void PrintTo(OptKind o, std::ostream* os) { *os << opt_name(o); }
 
 // GPT sizes: a small vocabulary from the generated corpus, 8 tokens of context.
 inline constexpr std::int64_t kContext = 8;
@@ -67,6 +70,7 @@ inline const dtl::data::CharCorpus& corpus() {
 
 inline nn::Model make_model(ModelKind kind, std::uint64_t seed) {
   if (kind == ModelKind::kMlp) return nn::make_mlp(2, 24, 3, 2, seed);
+  if (kind == ModelKind::kOddMlp) return nn::make_mlp(2, 7, 3, 3, seed);
   return nn::make_gpt(static_cast<std::int64_t>(corpus().vocab.size()), kContext, kChannels, 2, 2, seed);
 }
 
@@ -78,7 +82,7 @@ struct Batch {
 inline Batch make_batch(ModelKind kind, int step, std::int64_t begin, std::int64_t end) {
   const std::int64_t rows = end - begin;
   Batch b;
-  if (kind == ModelKind::kMlp) {
+  if (kind != ModelKind::kGpt) {
     static const dtl::data::Classification data = dtl::data::make_spirals(4 * kGlobalBatch * kSteps, 3, 0.1f, 11);
     b.x = nn::Tensor::zeros({rows, 2}, nn::DType::kF32, nn::MemoryCategory::kActivations);
     b.y = nn::Tensor::zeros({rows}, nn::DType::kI32, nn::MemoryCategory::kActivations);
