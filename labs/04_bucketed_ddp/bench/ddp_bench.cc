@@ -40,6 +40,7 @@
 #include "harness/bench/bench.h"
 #include "harness/bench/timeline.h"
 #include "harness/comm/communicator.h"
+#include "harness/comm/emulated_communicator.h"
 #include "harness/error.h"
 #include "harness/nn/layers.h"
 #include "harness/nn/model.h"
