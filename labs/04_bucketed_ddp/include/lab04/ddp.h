@@ -318,7 +318,7 @@ class RingCommunicator final : public Communicator {
 /// @brief Makes a backend from its name. Collective over `parent`.
 ///
 /// Names: "mpi-thread", "mpi-nonblocking" (MpiCommunicator), "ring" (RingCommunicator),
-/// "emulated:<link>" (EmulatedCommunicator over mpi-thread; <link> as parse_link(),
+/// "emulated:LINK" (EmulatedCommunicator over mpi-thread; LINK as parse_link(),
 /// e.g. "emulated:10GbE" or "emulated:alpha=5us,bw=10GB/s").
 /// @param[in] name the backend's name.
 /// @param[in] parent the ranks, e.g. MPI_COMM_WORLD.
