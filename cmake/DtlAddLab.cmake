@@ -1,6 +1,7 @@
 # dtl_add_lab(): everything a lab needs, so that labs/NN_topic/CMakeLists.txt is one call.
 #
-#   dtl_add_lab(RANKS 1 2 3 4 [HIDDEN_RANKS 5 6] TIMEOUT 120 [LIBS extra targets])
+#   dtl_add_lab(RANKS 1 2 3 4 [HIDDEN_RANKS 5 6] TIMEOUT 120 [LIBS extra targets]
+#               [FLAVORED_LIBS dtl_lab03])
 #
 # From the lab's folder name (NN_topic) it builds, for each flavor F in {student, reference}:
 #   dtl_labNN_F        library from labs/NN_topic/src/*.cc or reference/NN_topic/src/*.cc,
@@ -17,13 +18,19 @@
 # binary labNN_F_gpu, labelled gpu, registered at GPU_RANKS (default 1 2).
 # Without reference/ (a repository exported to students) only the student
 # flavor is built.
+#
+# FLAVORED_LIBS names another lab's library without its flavor: each flavor F
+# links <name>_F, so the student build of lab 04 runs the student's own lab-03
+# ring and the reference build lab 03's reference. A lab named there (dtl_labNN)
+# is configured too when DTL_LABS selects only this one (top-level CMakeLists.txt),
+# and the grader copies it into its tree (grader/grade.py, dependency_labs()).
 include_guard(GLOBAL)
 
 set(DTL_HIDDEN_DIR "${PROJECT_SOURCE_DIR}/grader/hidden" CACHE PATH
     "Where hidden tests live (one folder per lab, NN_topic)")
 
 function(dtl_add_lab)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "RANKS;HIDDEN_RANKS;GPU_RANKS;LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT" "RANKS;HIDDEN_RANKS;GPU_RANKS;LIBS;FLAVORED_LIBS" ${ARGN})
   if(NOT ARG_RANKS)
     set(ARG_RANKS 1 2 3 4)
   endif()
@@ -73,6 +80,9 @@ function(dtl_add_lab)
     add_library(${lib} STATIC ${${flavor}_src})
     target_include_directories(${lib} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include)
     target_link_libraries(${lib} PUBLIC dtl::harness ${ARG_LIBS})
+    foreach(flavored IN LISTS ARG_FLAVORED_LIBS)
+      target_link_libraries(${lib} PUBLIC ${flavored}_${flavor})
+    endforeach()
     if(has_cuda)
       target_link_libraries(${lib} PUBLIC dtl::cuda)
       target_compile_definitions(${lib} PUBLIC DTL_LAB_HAS_CUDA=1)

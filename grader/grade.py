@@ -102,6 +102,7 @@ class Lab:
     items: list[Item]
     perf: list[PerfItem] = field(default_factory=list)
     needs_cuda: bool = False
+    depends: list[str] = field(default_factory=list)  # labs whose library this one links (dependency_labs())
 
     @property
     def src_names(self) -> list[str]:
@@ -111,6 +112,33 @@ class Lab:
         if not src.is_dir():
             src = ROOT / "labs" / self.name / "src"
         return sorted(str(p.relative_to(src)) for p in src.rglob("*") if p.is_file())
+
+
+def src_names_of(lab_name: str) -> list[str]:
+    """The gradable file names of any lab (see Lab.src_names)."""
+    src = ROOT / "reference" / lab_name / "src"
+    if not src.is_dir():
+        src = ROOT / "labs" / lab_name / "src"
+    return sorted(str(p.relative_to(src)) for p in src.rglob("*") if p.is_file())
+
+
+def dependency_labs(lab_name: str) -> list[str]:
+    """The labs whose library lab `lab_name` links: `FLAVORED_LIBS dtl_labNN` in its
+    CMakeLists.txt (cmake/DtlAddLab.cmake), and theirs in turn. Lab 04's ring backend
+    is the student's own lab-03 ring, so grading lab 04 builds lab 03 too, from the
+    same submission when it holds lab 03's files (install_dependencies())."""
+    found: list[str] = []
+    todo = [lab_name]
+    while todo:
+        cmake = ROOT / "labs" / todo.pop() / "CMakeLists.txt"
+        text = cmake.read_text() if cmake.exists() else ""
+        for block in re.findall(r"FLAVORED_LIBS([^)]*)", text):
+            for number in re.findall(r"dtl_lab(\d\d)", block):
+                name = find_lab(number)
+                if name != lab_name and name not in found:
+                    found.append(name)
+                    todo.append(name)
+    return found
 
 
 def find_lab(number: str) -> str:
@@ -190,7 +218,7 @@ def load_lab(number: str, hidden_dirs: list[Path]) -> Lab:
         if missing:
             raise GraderError(f"{rubric}: perf item {p.name!r} requires unknown items {missing}")
     return Lab(number=name[:2], name=name, title=data.get("title", name), items=items, perf=perf,
-               needs_cuda=bool(data.get("cuda", False)))
+               needs_cuda=bool(data.get("cuda", False)), depends=dependency_labs(name))
 
 
 # ---------------------------------------------------------------------------
@@ -220,7 +248,8 @@ def copy_pristine_tree(lab: Lab, dest: Path, hidden_dirs: list[Path]) -> None:
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, dest / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for folder in ("cmake", "harness", "datasets", f"labs/{lab.name}", f"reference/{lab.name}"):
+    labs = [lab.name] + lab.depends  # the labs this one links are built with it (dependency_labs())
+    for folder in ("cmake", "harness", "datasets", *[f"{top}/{name}" for name in labs for top in ("labs", "reference")]):
         if (ROOT / folder).is_dir():  # reference/ is absent from a student repository
             # datasets/: the library only (labs 04-07 link it); not its tests or fetched data.
             skip = shutil.ignore_patterns("__pycache__", "*.pyc", "tests", "data") if folder == "datasets" else ignore
@@ -233,10 +262,11 @@ def copy_pristine_tree(lab: Lab, dest: Path, hidden_dirs: list[Path]) -> None:
             shutil.copy2(src, target)
 
 
-def install_submission(lab: Lab, source: Path, dest_src: Path) -> list[str]:
-    """Copies the allowed files; returns notes on what was missing or ignored."""
+def install_submission(lab: Lab, source: Path, dest_src: Path, also_used: set[str] = frozenset()) -> list[str]:
+    """Copies the allowed files; returns notes on what was missing or ignored
+    (`also_used`: names another step takes, e.g. a dependency lab's files)."""
     notes = []
-    allowed = set(lab.src_names)
+    allowed = set(lab.src_names) | set(also_used)
     for rel in lab.src_names:
         src = source / rel
         if src.is_symlink() or not src.is_file():
@@ -253,6 +283,50 @@ def install_submission(lab: Lab, source: Path, dest_src: Path) -> list[str]:
         if extra:
             shown = ", ".join(extra[:8]) + (f" and {len(extra) - 8} more" if len(extra) > 8 else "")
             notes.append(f"ignored (only {', '.join(lab.src_names)} are graded): {shown}")
+    return notes
+
+
+def dependency_sources(dep: str, source: Path, args) -> tuple[Path | None, str]:
+    """Where the submission's files of dependency lab `dep` are: the reference's for
+    --reference, none (the skeleton stays) for --skeleton, your own labs/<dep>/src by
+    default, and for --submission DIR the first of DIR/labs/<dep>/src, DIR/<dep>/src,
+    and the lab's own source folder that holds at least one of dep's file names."""
+    if args.reference:
+        return ROOT / "reference" / dep / "src", "the reference"
+    if args.skeleton:
+        return None, "the skeleton"
+    if args.submission is None:
+        return ROOT / "labs" / dep / "src", f"your labs/{dep}/src"
+    sub = Path(args.submission).resolve()
+    names = src_names_of(dep)
+    for candidate in (sub / "labs" / dep / "src", sub / dep / "src", sub / dep, source):
+        if candidate.is_dir() and any((candidate / n).is_file() for n in names):
+            return candidate, f"{candidate}"
+    return None, "the skeleton"
+
+
+def install_dependencies(lab: Lab, source: Path, tree: Path, args) -> list[str]:
+    """Copies the submission's files of each dependency lab into the tree (same rules
+    as install_submission()); returns notes saying where they came from."""
+    notes = []
+    for dep in lab.depends:
+        folder, where = dependency_sources(dep, source, args)
+        if folder is None:
+            notes.append(f"lab {dep[:2]} (which lab {lab.number} builds on): graded with {where}'s files; "
+                         f"the items that need it fail with NotImplemented")
+            continue
+        names = src_names_of(dep)
+        missing = []
+        for rel in names:
+            src = folder / rel
+            if src.is_symlink() or not src.is_file() or src.stat().st_size > MAX_SOURCE_BYTES:
+                missing.append(rel)
+                continue
+            shutil.copyfile(src, tree / "labs" / dep / "src" / rel)
+        note = f"lab {dep[:2]} (which lab {lab.number} builds on): files from {where}"
+        if missing:
+            note += f"; not found there, so the skeleton's: {', '.join(missing)}"
+        notes.append(note)
     return notes
 
 
@@ -364,7 +438,7 @@ def foreign_includes(lab: Lab, tree: Path, build_dir: Path) -> list[str]:
     deps = subprocess.run(["ninja", "-C", str(build_dir), "-t", "deps"], capture_output=True, text=True,
                           errors="replace", timeout=120).stdout
     allowed = [tree / "harness", tree / "datasets", tree / "labs" / lab.name / "include",
-               tree / "labs" / lab.name / "src"]
+               tree / "labs" / lab.name / "src"] + [tree / "labs" / d / "include" for d in lab.depends]
     student_obj = f"CMakeFiles/dtl_lab{lab.number}_student.dir/"
     foreign, checking = [], False
     for line in deps.splitlines():
@@ -685,7 +759,10 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
         tree = work / "tree"
         tree.mkdir()
         copy_pristine_tree(lab, tree, hidden_dirs)
-        notes = install_submission(lab, source, tree / "labs" / lab.name / "src")
+        # A flat upload may hold a dependency lab's files beside the lab's: not "ignored".
+        notes = install_submission(lab, source, tree / "labs" / lab.name / "src",
+                                   also_used={n for d in lab.depends for n in src_names_of(d)})
+        notes += install_dependencies(lab, source, tree, args)
         for note in notes:
             print(f"  note: {note}")
         has_hidden = any((tree / "grader" / "hidden" / lab.name).glob("*_test.cc"))

@@ -1,0 +1,60 @@
+// Hidden tests for lab 04 (an example set). The odd model: make_mlp(2, 7, 3, 3) has,
+// in forward order, 14 7 49 7 49 7 21 3 elements (bytes 56 28 196 28 196 28 84 12),
+// at offsets 0 14 21 70 77 126 133 154 of a 157-element flat buffer.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "harness/comm/mpi_communicator.h"
+#include "labs/04_bucketed_ddp/tests/ddp_test_util.h"
+
+namespace lab04_test {
+namespace {
+
+using Buckets = std::vector<std::vector<int>>;
+const std::vector<std::size_t> kOddBytes = {56, 28, 196, 28, 196, 28, 84, 12};
+
+TEST(HiddenBuckets, CapsThatSplitExactlyAtAParameterBoundary) {
+  EXPECT_EQ(lab04::assign_buckets(kOddBytes, 224, 96), (Buckets{{7, 6}, {5, 4}, {3, 2}, {1, 0}}));
+  nn::Model model = make_model(ModelKind::kOddMlp, 1);
+  dtl::MpiCommunicator backend(comm(), dtl::MpiMode::kThread);
+  lab04::Reducer reducer(backend, model, {.bucket_cap_bytes = 224, .first_bucket_cap_bytes = 96});
+  const auto& b = reducer.buckets();
+  ASSERT_EQ(b.size(), 4u);
+  const std::size_t offsets[] = {133, 77, 21, 0}, counts[] = {24, 56, 56, 21};
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(b[i].offset, offsets[i]) << "bucket " << i;
+    EXPECT_EQ(b[i].count, counts[i]) << "bucket " << i;
+  }
+}
+
+TEST(HiddenBuckets, ParametersLargerThanTheCapAreAlone) {
+  EXPECT_EQ(lab04::assign_buckets(kOddBytes, 100, 50), (Buckets{{7}, {6}, {5}, {4}, {3}, {2}, {1, 0}}));
+  EXPECT_EQ(lab04::assign_buckets(kOddBytes, 1, 1000), (Buckets{{7, 6, 5, 4, 3, 2, 1, 0}}));
+}
+
+TEST(HiddenDdp, OddModelEveryModeMatchesSingleProcess) {
+  dtl::MpiCommunicator backend(comm(), dtl::MpiMode::kThread);
+  for (OptKind opt : {OptKind::kSgd, OptKind::kAdamW}) {
+    const std::vector<float> expected = single_process(ModelKind::kOddMlp, opt, 5);
+    for (lab04::ReducerMode mode :
+         {lab04::ReducerMode::kNaive, lab04::ReducerMode::kBucketed, lab04::ReducerMode::kOverlapped}) {
+      DdpRun run{.model = ModelKind::kOddMlp, .opt = opt};
+      run.reducer = {.mode = mode, .bucket_cap_bytes = 100, .first_bucket_cap_bytes = 50};
+      EXPECT_TRUE(close_to_oracle(expected, ddp(backend, run, 5),
+                                  std::string("odd mlp, ") + opt_name(opt) + ", " + lab04::reducer_mode_name(mode)));
+    }
+  }
+}
+
+TEST(HiddenDdp, EmulatedLinkWithMicroSteps) {
+  auto backend = lab04::make_communicator("emulated:alpha=50us,bw=1GB/s", comm());
+  const std::vector<float> expected = single_process(ModelKind::kGpt, OptKind::kAdamW, 8, 2);
+  DdpRun run{.model = ModelKind::kGpt, .opt = OptKind::kAdamW, .micro_steps = 2};
+  EXPECT_TRUE(close_to_oracle(expected, ddp(*backend, run, 8), "gpt, 2 micro-steps, emulated"));
+}
+
+}  // namespace
+}  // namespace lab04_test

@@ -1,0 +1,64 @@
+// Lab 04, task A: every rank starts from the same model.
+//
+// What this file teaches: data parallelism is only correct if every rank takes
+// the same optimizer step from the same parameters. Building the model with the
+// same seed everywhere usually gives the same numbers, but "usually" is not a
+// guarantee (a rank with a different config, a different library version), so
+// DDP broadcasts rank 0's parameters at the start — and first checks that the
+// ranks agree on the *shape* of the model, because a broadcast of mismatched
+// sizes would not fail cleanly: it would hang or corrupt memory.
+//
+// The check is designed so that it cannot hang either: each collective has a
+// size every rank knows before it starts.
+//   1. allgather 2 numbers per rank: the parameter count and a hash of the
+//      whole model (names and sizes). If all equal, done.
+//   2. otherwise, allgather per-parameter (numel, name hash) for the first m
+//      parameters, m = the smallest count (known from step 1 on every rank),
+//      find the first rank and parameter that differ from rank 0, and throw the
+//      same error on every rank.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "harness/error.h"
+#include "lab04/ddp.h"
+
+namespace dtl::lab04 {
+namespace {
+
+// Exactly representable in a double (53 bits), so it travels through an f64 allgather unchanged.
+double hash_name(const std::string& name) {
+  return static_cast<double>(std::hash<std::string>{}(name) & ((std::uint64_t{1} << 52) - 1));
+}
+
+}  // namespace
+
+void check_model_agreement(Communicator& comm, const nn::Model& model) {
+  const std::vector<nn::Parameter*> params = model.parameters();
+  const int size = comm.world_size();
+  // TODO(student): Step 1: a fingerprint of 2 doubles (parameter count, a hash that mixes every
+  //   parameter's name hash and numel), allgathered (comm.allgather_blocking). All
+  //   equal to rank 0's: return. Step 2: m = the smallest count; allgather 2 doubles
+  //   per parameter (numel, hash_name(name)) for the first m parameters; find the first
+  //   rank r and index i that differ from rank 0 (or, if none, the first rank whose
+  //   count differs) and throw InvalidArgument naming r, i and this rank's parameter.
+  throw dtl::NotImplemented("check_model_agreement");
+}
+
+void broadcast_parameters(Communicator& comm, nn::Model& model, int root) {
+  if (root < 0 || root >= comm.world_size()) {
+    throw InvalidArgument("broadcast_parameters: root " + std::to_string(root) + " is not a rank of a world of " +
+                          std::to_string(comm.world_size()));
+  }
+  // TODO(student): check_model_agreement() first (a broadcast of mismatched sizes cannot fail cleanly).
+  //   If the model was flattened (model.flat_parameters().defined()), broadcast that one
+  //   buffer; otherwise each parameter's value, in order. Issue them all, then wait for all.
+  throw dtl::NotImplemented("broadcast_parameters");
+}
+
+}  // namespace dtl::lab04

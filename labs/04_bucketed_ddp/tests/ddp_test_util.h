@@ -1,0 +1,269 @@
+// What lab 04's tests share: the two models, their data, the single-process
+// oracle, a DDP run of the same steps, backends by name, and a communicator that
+// counts what passes through it.
+//
+// The equivalence the tests check: W ranks, each with B/W rows of a global batch
+// of B, averaging gradients, take the same steps as one process with all B rows.
+// The oracle runs inside every rank (on the full batch), so nothing but the
+// code under test talks between ranks.
+//
+// Tolerance, and why it is not zero: the oracle's gradient sums B rows in one
+// GEMM; DDP sums B/W rows per rank and then the W partial means in the
+// allreduce. Float addition is not associative, so the two differ in the last
+// bits (about 1e-7 relative per step); k steps of SGD keep that size, and AdamW
+// (which divides by sqrt(v)) can turn a rounding-level difference in a
+// near-zero gradient into up to lr per step. Hence kTolerance below, far above
+// rounding and far below any real bug (a missing average is a factor W; a
+// missing bucket leaves a rank's own gradient, off by O(1e-2)).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "datasets/datasets.h"
+#include "harness/comm/communicator.h"
+#include "harness/comm/mpi_communicator.h"
+#include "harness/nn/layers.h"
+#include "harness/nn/model.h"
+#include "harness/nn/optim.h"
+#include "harness/testing/mpi_test.h"
+#include "lab04/ddp.h"
+
+namespace lab04_test {
+
+using dtl::testing::comm;
+namespace nn = dtl::nn;
+namespace lab04 = dtl::lab04;
+
+inline constexpr std::int64_t kGlobalBatch = 12;  // divisible by 1, 2, 3, 4 (and 6)
+inline constexpr int kSteps = 3;
+inline constexpr double kAbsTolerance = 2e-5;     // |ddp - oracle| <= kAbsTolerance + kRelTolerance |oracle|
+inline constexpr double kRelTolerance = 1e-4;
+
+enum class ModelKind { kMlp, kGpt, kOddMlp };  // kOddMlp: odd widths, 3 hidden layers
+enum class OptKind { kSgd, kAdamW };
+
+inline const char* model_name(ModelKind m) { return m == ModelKind::kMlp ? "mlp" : m == ModelKind::kGpt ? "gpt" : "odd_mlp"; }
+inline void PrintTo(ModelKind m, std::ostream* os) { *os << model_name(m); }
+inline const char* opt_name(OptKind o) { return o == OptKind::kSgd ? "sgd" : "adamw"; }
+inline void PrintTo(OptKind o, std::ostream* os) { *os << opt_name(o); }
+
+// GPT sizes: a small vocabulary from the generated corpus, 8 tokens of context.
+inline constexpr std::int64_t kContext = 8;
+inline constexpr std::int64_t kChannels = 16;
+
+inline const dtl::data::CharCorpus& corpus() {
+  static const dtl::data::CharCorpus c =
+      dtl::data::encode_chars(dtl::data::make_char_corpus(4 * kGlobalBatch * (kContext + 1) * kSteps, 7));
+  return c;
+}
+
+inline nn::Model make_model(ModelKind kind, std::uint64_t seed) {
+  if (kind == ModelKind::kMlp) return nn::make_mlp(2, 24, 3, 2, seed);
+  if (kind == ModelKind::kOddMlp) return nn::make_mlp(2, 7, 3, 3, seed);
+  return nn::make_gpt(static_cast<std::int64_t>(corpus().vocab.size()), kContext, kChannels, 2, 2, seed);
+}
+
+/// One step's batch rows [begin, end) of the global batch: inputs and targets.
+struct Batch {
+  nn::Tensor x, y;
+};
+
+inline Batch make_batch(ModelKind kind, int step, std::int64_t begin, std::int64_t end) {
+  const std::int64_t rows = end - begin;
+  Batch b;
+  if (kind != ModelKind::kGpt) {
+    static const dtl::data::Classification data = dtl::data::make_spirals(4 * kGlobalBatch * kSteps, 3, 0.1f, 11);
+    b.x = nn::Tensor::zeros({rows, 2}, nn::DType::kF32, nn::MemoryCategory::kActivations);
+    b.y = nn::Tensor::zeros({rows}, nn::DType::kI32, nn::MemoryCategory::kActivations);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t row = step * kGlobalBatch + begin + r;
+      b.x.span<float>()[2 * r] = data.x[2 * row];
+      b.x.span<float>()[2 * r + 1] = data.x[2 * row + 1];
+      b.y.span<std::int32_t>()[r] = data.y[row];
+    }
+  } else {
+    b.x = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kActivations);
+    b.y = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kActivations);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t start = ((step * kGlobalBatch + begin + r) * (kContext + 1)) %
+                                 (static_cast<std::int64_t>(corpus().tokens.size()) - kContext - 1);
+      for (std::int64_t t = 0; t < kContext; ++t) {
+        b.x.span<std::int32_t>()[r * kContext + t] = corpus().tokens[start + t];
+        b.y.span<std::int32_t>()[r * kContext + t] = corpus().tokens[start + t + 1];
+      }
+    }
+  }
+  return b;
+}
+
+/// SGD with momentum or AdamW over the whole flat buffer.
+class Optimizer {
+ public:
+  Optimizer(OptKind kind, std::int64_t count) {
+    if (kind == OptKind::kSgd) {
+      sgd_ = std::make_unique<nn::Sgd>(nn::SgdOptions{.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.0f}, count);
+    } else {
+      adam_ = std::make_unique<nn::AdamW>(nn::AdamWOptions{.lr = 1e-3f, .weight_decay = 0.01f}, count);
+    }
+  }
+  void step(nn::Model& model) {
+    auto params = model.flat_parameters().span<float>();
+    auto grads = model.flat_gradients().span<float>();
+    if (sgd_) sgd_->step(params, grads);
+    else adam_->step(params, grads);
+  }
+
+ private:
+  std::unique_ptr<nn::Sgd> sgd_;
+  std::unique_ptr<nn::AdamW> adam_;
+};
+
+/// Forward and backward of rows [begin, end) of step `step`; gradients are added.
+inline void forward_backward(nn::Model& model, ModelKind kind, int step, std::int64_t begin, std::int64_t end) {
+  nn::SoftmaxCrossEntropy ce;
+  const Batch b = make_batch(kind, step, begin, end);
+  ce.forward(model.forward(b.x), b.y);
+  model.backward(ce.backward());
+}
+
+/// The oracle: one process, the whole batch, kSteps steps, from `seed`'s initial parameters.
+inline std::vector<float> single_process(ModelKind kind, OptKind opt, std::uint64_t seed, int micro_steps = 1) {
+  nn::Model model = make_model(kind, seed);
+  model.flatten_parameters();
+  model.flatten_gradients();
+  Optimizer optimizer(opt, model.parameter_count());
+  for (int step = 0; step < kSteps; ++step) {
+    model.zero_grad();
+    for (int m = 0; m < micro_steps; ++m) forward_backward(model, kind, step * micro_steps + m, 0, kGlobalBatch);
+    optimizer.step(model);
+  }
+  const auto p = model.flat_parameters().span<float>();
+  return {p.begin(), p.end()};
+}
+
+/// Options for a DDP run.
+struct DdpRun {
+  ModelKind model = ModelKind::kMlp;
+  OptKind opt = OptKind::kSgd;
+  lab04::ReducerOptions reducer = {.mode = lab04::ReducerMode::kOverlapped,
+                                   .bucket_cap_bytes = 2048,
+                                   .first_bucket_cap_bytes = 512};
+  int micro_steps = 1;  // > 1: the first micro_steps - 1 inside no_sync()
+};
+
+/// The same steps with DDP over `backend`: every rank starts from a different seed
+/// (so the broadcast matters), takes rows [rank b, (rank+1) b) of each global batch.
+inline std::vector<float> ddp(dtl::Communicator& backend, const DdpRun& run, std::uint64_t seed) {
+  const int rank = backend.rank(), size = backend.world_size();
+  nn::Model model = make_model(run.model, seed + static_cast<std::uint64_t>(rank) * 1000);
+  model.flatten_parameters();
+  lab04::broadcast_parameters(backend, model, 0);
+  lab04::Reducer reducer(backend, model, run.reducer);
+  Optimizer optimizer(run.opt, model.parameter_count());
+  const std::int64_t b = kGlobalBatch / size;
+  for (int step = 0; step < kSteps; ++step) {
+    model.zero_grad();
+    for (int m = 0; m < run.micro_steps; ++m) {
+      const int data_step = step * run.micro_steps + m;
+      if (m + 1 < run.micro_steps) {
+        auto scope = reducer.no_sync();
+        forward_backward(model, run.model, data_step, rank * b, (rank + 1) * b);
+      } else {
+        forward_backward(model, run.model, data_step, rank * b, (rank + 1) * b);
+      }
+    }
+    reducer.finish();
+    optimizer.step(model);
+  }
+  const auto p = model.flat_parameters().span<float>();
+  return {p.begin(), p.end()};
+}
+
+/// ddp's parameters against the oracle's, within the stated tolerance.
+inline ::testing::AssertionResult close_to_oracle(const std::vector<float>& expected, const std::vector<float>& got,
+                                                  const std::string& what) {
+  if (expected.size() != got.size()) {
+    return ::testing::AssertionFailure() << "rank " << comm().rank() << ": " << what << " has " << got.size()
+                                         << " parameters, the single-process run " << expected.size();
+  }
+  std::size_t wrong = 0, first = 0;
+  double worst = 0.0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double diff = std::abs(static_cast<double>(got[i]) - expected[i]);
+    worst = std::max(worst, diff);
+    if (!(diff <= kAbsTolerance + kRelTolerance * std::abs(expected[i]))) {
+      if (wrong++ == 0) first = i;
+    }
+  }
+  if (wrong == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "rank " << comm().rank() << ", " << what << ": parameter element " << first << " is " << got[first]
+         << ", the single-process run (batch " << kGlobalBatch << ") has " << expected[first] << "; " << wrong
+         << " of " << got.size() << " elements differ by more than " << kAbsTolerance << " + " << kRelTolerance
+         << " |expected| (largest difference " << worst << ")";
+}
+
+/// A Communicator that forwards to another and counts the operations issued.
+class CountingCommunicator final : public dtl::Communicator {
+ public:
+  explicit CountingCommunicator(dtl::Communicator& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  std::string name() const override { return "counting " + inner_.name(); }
+  int allreduces = 0;          ///< allreduces issued
+  std::size_t allreduce_elements = 0;  ///< their elements, summed
+
+ protected:
+  std::unique_ptr<dtl::WorkImpl> do_allreduce(void* buf, const dtl::OpInfo& info) override {
+    ++allreduces;
+    allreduce_elements += info.count;
+    return wrap(inner_.allreduce(buf, info.count, info.dtype, info.op), info);
+  }
+  std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
+    return wrap(inner_.broadcast(buf, info.count, info.dtype, info.root), info);
+  }
+  std::unique_ptr<dtl::WorkImpl> do_reduce_scatter(const void* s, void* r, const dtl::OpInfo& info) override {
+    return wrap(inner_.reduce_scatter(s, r, info.count, info.dtype, info.op), info);
+  }
+  std::unique_ptr<dtl::WorkImpl> do_allgather(const void* s, void* r, const dtl::OpInfo& info) override {
+    return wrap(inner_.allgather(s, r, info.count, info.dtype), info);
+  }
+
+ private:
+  // A WorkImpl that completes with the inner Work.
+  class Forward final : public dtl::WorkImpl {
+   public:
+    Forward(dtl::Work work, const dtl::OpInfo& info) : dtl::WorkImpl(info.description), work_(std::move(work)) {}
+    bool test() override { return done(work_.test()); }
+    bool wait_until(double deadline) override {
+      return done(work_.wait_for(std::max(0.0, deadline - dtl::clock_seconds())));
+    }
+
+   private:
+    bool done(bool complete) {
+      if (complete) {
+        set_start(work_.start_seconds());
+        set_end(work_.end_seconds());
+      }
+      return complete;
+    }
+    dtl::Work work_;
+  };
+  static std::unique_ptr<dtl::WorkImpl> wrap(dtl::Work work, const dtl::OpInfo& info) {
+    return std::make_unique<Forward>(std::move(work), info);
+  }
+  dtl::Communicator& inner_;
+};
+
+}  // namespace lab04_test

@@ -1,0 +1,121 @@
+// Lab 04, task A: every rank starts from the same model.
+//
+// What this file teaches: data parallelism is only correct if every rank takes
+// the same optimizer step from the same parameters. Building the model with the
+// same seed everywhere usually gives the same numbers, but "usually" is not a
+// guarantee (a rank with a different config, a different library version), so
+// DDP broadcasts rank 0's parameters at the start — and first checks that the
+// ranks agree on the *shape* of the model, because a broadcast of mismatched
+// sizes would not fail cleanly: it would hang or corrupt memory.
+//
+// The check is designed so that it cannot hang either: each collective has a
+// size every rank knows before it starts.
+//   1. allgather 2 numbers per rank: the parameter count and a hash of the
+//      whole model (names and sizes). If all equal, done.
+//   2. otherwise, allgather per-parameter (numel, name hash) for the first m
+//      parameters, m = the smallest count (known from step 1 on every rank),
+//      find the first rank and parameter that differ from rank 0, and throw the
+//      same error on every rank.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "harness/error.h"
+#include "lab04/ddp.h"
+
+namespace dtl::lab04 {
+namespace {
+
+// Exactly representable in a double (53 bits), so it travels through an f64 allgather unchanged.
+double hash_name(const std::string& name) {
+  return static_cast<double>(std::hash<std::string>{}(name) & ((std::uint64_t{1} << 52) - 1));
+}
+
+}  // namespace
+
+void check_model_agreement(Communicator& comm, const nn::Model& model) {
+  const std::vector<nn::Parameter*> params = model.parameters();
+  const int size = comm.world_size();
+  // BEGIN SOLUTION(check_model_agreement)
+  // | Step 1: a fingerprint of 2 doubles (parameter count, a hash that mixes every
+  // | parameter's name hash and numel), allgathered (comm.allgather_blocking). All
+  // | equal to rank 0's: return. Step 2: m = the smallest count; allgather 2 doubles
+  // | per parameter (numel, hash_name(name)) for the first m parameters; find the first
+  // | rank r and index i that differ from rank 0 (or, if none, the first rank whose
+  // | count differs) and throw InvalidArgument naming r, i and this rank's parameter.
+  double model_hash = 0.0;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    // Order-sensitive mixing, kept below 2^52 so the double is exact.
+    const double mixed = hash_name(params[i]->name) + static_cast<double>(params[i]->value.numel()) * 7919.0;
+    model_hash = std::fmod(model_hash * 31.0 + mixed, 4503599627370449.0);
+  }
+  const std::vector<double> mine = {static_cast<double>(params.size()), model_hash};
+  std::vector<double> all(2 * static_cast<std::size_t>(size));
+  comm.allgather_blocking<double>(mine, all);
+  bool same = true;
+  std::size_t min_count = params.size();
+  for (int r = 0; r < size; ++r) {
+    same = same && all[2 * r] == all[0] && all[2 * r + 1] == all[1];
+    min_count = std::min(min_count, static_cast<std::size_t>(all[2 * r]));
+  }
+  if (same) return;
+
+  std::vector<double> detail(2 * min_count);
+  for (std::size_t i = 0; i < min_count; ++i) {
+    detail[2 * i] = static_cast<double>(params[i]->value.numel());
+    detail[2 * i + 1] = hash_name(params[i]->name);
+  }
+  std::vector<double> every(detail.size() * static_cast<std::size_t>(size));
+  comm.allgather_blocking<double>(detail, every);
+  std::ostringstream why;
+  for (int r = 1; r < size; ++r) {
+    const double* theirs = every.data() + 2 * min_count * static_cast<std::size_t>(r);
+    for (std::size_t i = 0; i < min_count; ++i) {
+      if (theirs[2 * i] != every[2 * i] || theirs[2 * i + 1] != every[2 * i + 1]) {
+        why << "ranks disagree on the model: rank " << r << " differs from rank 0 at parameter " << i
+            << " (here on rank " << comm.rank() << " it is '" << params[i]->name << "', "
+            << params[i]->value.numel() << " elements; rank 0 has " << every[2 * i] << " elements, rank " << r
+            << " has " << theirs[2 * i] << " elements"
+            << (theirs[2 * i + 1] != every[2 * i + 1] ? ", and a different name" : "") << ")";
+        throw InvalidArgument(why.str());
+      }
+    }
+    if (all[2 * r] != all[0]) {
+      why << "ranks disagree on the model: rank " << r << " has " << all[2 * r] << " parameters, rank 0 has "
+          << all[0] << " (the first " << min_count << " agree; this rank, " << comm.rank() << ", has "
+          << params.size() << ")";
+      throw InvalidArgument(why.str());
+    }
+  }
+  why << "ranks disagree on the model (the model hashes differ, but no parameter was found that differs)";
+  throw InvalidArgument(why.str());
+  // END SOLUTION
+}
+
+void broadcast_parameters(Communicator& comm, nn::Model& model, int root) {
+  if (root < 0 || root >= comm.world_size()) {
+    throw InvalidArgument("broadcast_parameters: root " + std::to_string(root) + " is not a rank of a world of " +
+                          std::to_string(comm.world_size()));
+  }
+  // BEGIN SOLUTION(broadcast_parameters)
+  // | check_model_agreement() first (a broadcast of mismatched sizes cannot fail cleanly).
+  // | If the model was flattened (model.flat_parameters().defined()), broadcast that one
+  // | buffer; otherwise each parameter's value, in order. Issue them all, then wait for all.
+  check_model_agreement(comm, model);
+  std::vector<Work> pending;
+  const nn::Tensor& flat = model.flat_parameters();
+  if (flat.defined()) {
+    pending.push_back(comm.broadcast(flat.span<float>(), root));
+  } else {
+    for (nn::Parameter* p : model.parameters()) pending.push_back(comm.broadcast(p->value.span<float>(), root));
+  }
+  for (Work& w : pending) w.wait();
+  // END SOLUTION
+}
+
+}  // namespace dtl::lab04

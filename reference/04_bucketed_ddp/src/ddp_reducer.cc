@@ -1,0 +1,244 @@
+// Lab 04, task C: the reducer — gradient allreduces that overlap backward.
+//
+// What this file teaches: how DistributedDataParallel hides communication.
+// One step, overlapped mode, 3 buckets (bucket 0 holds the last layers'
+// gradients; See Note [Bucket order] in ddp_buckets.cc):
+//
+//   compute  | forward | bwd L3 | bwd L2 | bwd L1 | bwd L0 |  wait  | optimizer |
+//   comm     |                  |  b0   |     b1     | b2 ....|
+//                               ^ b0 full: issue    ^ b1 full    ^ b2 full (last)
+//
+// Only the part of the communication that runs past the end of backward is
+// *exposed* (finish() waits for it); the rest is hidden. Naive and bucketed
+// modes issue everything in finish(), after backward, so all of it is exposed.
+//
+// State per step: pending_[b] counts the parameters of bucket b that are not
+// ready yet; ready_[i] marks parameter i ready (twice is an error). Buckets are
+// issued strictly in bucket order (next_launch_), so every rank issues the same
+// allreduces in the same order — the Communicator contract — whatever order the
+// hooks fire in.
+//
+// Averaging: each rank's loss is the mean over its B/W samples, so the average
+// of the W gradients is the gradient of the mean over all B samples, the
+// single-process gradient. ReduceOp::kAvg sums and divides once, in the backend.
+#include <algorithm>
+#include <cstddef>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "harness/error.h"
+#include "lab04/ddp.h"
+
+namespace dtl::lab04 {
+
+const char* reducer_mode_name(ReducerMode mode) {
+  switch (mode) {
+    case ReducerMode::kNaive: return "naive";
+    case ReducerMode::kBucketed: return "bucketed";
+    case ReducerMode::kOverlapped: return "overlapped";
+  }
+  return "?";
+}
+
+double StepStats::overlap_fraction() const {
+  if (comm_seconds <= 0.0) return 0.0;
+  return std::clamp((comm_seconds - exposed_seconds) / comm_seconds, 0.0, 1.0);
+}
+
+Reducer::Reducer(Communicator& comm, nn::Model& model, ReducerOptions options)
+    : comm_(comm), model_(model), options_(options) {
+  check_model_agreement(comm_, model_);
+  params_ = model_.parameters();
+  std::vector<std::size_t> bytes;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i]->grad.dtype() != nn::DType::kF32) {
+      throw InvalidArgument("Reducer: parameter '" + params_[i]->name + "' has a gradient that is not f32");
+    }
+    index_of_[params_[i]] = static_cast<int>(i);
+    bytes.push_back(static_cast<std::size_t>(params_[i]->grad.bytes()));
+  }
+  // One flat buffer: every gradient becomes a view of it (no copies from here on).
+  const nn::Tensor& flat = model_.flat_gradients().defined() ? model_.flat_gradients() : model_.flatten_gradients();
+  flat_grad_ = params_.empty() ? nullptr : flat.data<float>();
+  // Naive: caps of one byte put every parameter in a bucket of its own.
+  const bool naive = options_.mode == ReducerMode::kNaive;
+  const auto groups = assign_buckets(bytes, naive ? 1 : options_.bucket_cap_bytes,
+                                     naive ? 1 : options_.first_bucket_cap_bytes);
+  bucket_of_.assign(params_.size(), -1);
+  // BEGIN SOLUTION(Reducer::Reducer)
+  // | For each group b of parameter indices (decreasing): a Bucket with those
+  // | parameters, offset = the smallest grad offset in the flat buffer (the last
+  // | index's grad.offset() - flat.offset()), count = the sum of their numels; set
+  // | bucket_of_[i] = b. Check that the bucket is contiguous (each parameter ends
+  // | where the next higher index begins): the allreduce works on one view.
+  for (std::size_t b = 0; b < groups.size(); ++b) {
+    Bucket bucket;
+    bucket.parameters = groups[b];
+    bucket.offset = static_cast<std::size_t>(params_[static_cast<std::size_t>(groups[b].back())]->grad.offset() -
+                                             flat.offset());
+    std::size_t end = bucket.offset;
+    for (auto it = groups[b].rbegin(); it != groups[b].rend(); ++it) {
+      const nn::Tensor& g = params_[static_cast<std::size_t>(*it)]->grad;
+      if (static_cast<std::size_t>(g.offset() - flat.offset()) != end) {
+        throw Error("Reducer: bucket " + std::to_string(b) + " is not contiguous in the flat gradient buffer at '" +
+                    params_[static_cast<std::size_t>(*it)]->name + "'");
+      }
+      end += static_cast<std::size_t>(g.numel());
+      bucket_of_[static_cast<std::size_t>(*it)] = static_cast<int>(b);
+    }
+    bucket.count = end - bucket.offset;
+    buckets_.push_back(std::move(bucket));
+  }
+  // END SOLUTION
+  reset_step();
+  model_.hooks().grad_ready = [this](nn::Parameter& p) { on_grad_ready(p); };
+}
+
+Reducer::~Reducer() {
+  model_.hooks().grad_ready = nullptr;
+  // work_'s destructors wait for anything still pending (and print, not throw, its errors).
+}
+
+void Reducer::reset_step() {
+  pending_.assign(buckets_.size(), 0);
+  for (std::size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].parameters.size();
+  ready_.assign(params_.size(), 0);
+  work_.clear();
+  work_.resize(buckets_.size());
+  next_launch_ = 0;
+}
+
+void Reducer::on_grad_ready(nn::Parameter& param) {
+  if (no_sync_) return;  // accumulating locally: nothing to count, nothing to send
+  const auto found = index_of_.find(&param);
+  if (found == index_of_.end()) {
+    throw Error("Reducer: grad_ready for '" + param.name + "', which was not a parameter of the model when the "
+                "Reducer was made");
+  }
+  const auto i = static_cast<std::size_t>(found->second);
+  // BEGIN SOLUTION(Reducer::on_grad_ready)
+  // | If ready_[i] is already set, throw dtl::Error naming the parameter and its
+  // | bucket (a second backward without finish(): use no_sync() to accumulate).
+  // | Mark it ready, count its bucket down; in overlapped mode, when the count
+  // | reaches 0, launch_ready_buckets() (which keeps bucket order).
+  const int b = bucket_of_[i];
+  if (ready_[i]) {
+    throw Error("Reducer: parameter '" + param.name + "' (bucket " + std::to_string(b) +
+                ") got its gradient twice in one step: call finish() after every backward, or accumulate "
+                "micro-steps inside no_sync()");
+  }
+  ready_[i] = 1;
+  if (--pending_[static_cast<std::size_t>(b)] == 0 && options_.mode == ReducerMode::kOverlapped) {
+    launch_ready_buckets();
+  }
+  // END SOLUTION
+}
+
+void Reducer::launch_ready_buckets() {
+  // BEGIN SOLUTION(Reducer::launch_ready_buckets)
+  // | Issue bucket next_launch_ while it is complete (pending_ == 0), and move on:
+  // | never issue bucket b+1 before bucket b, so every rank issues the same order.
+  while (next_launch_ < buckets_.size() && pending_[next_launch_] == 0) launch(next_launch_++);
+  // END SOLUTION
+}
+
+void Reducer::launch(std::size_t bucket) {
+  const Bucket& bk = buckets_[bucket];
+  if (bucket == 0) stats_ = StepStats{};
+  ++stats_.allreduces;
+  // BEGIN SOLUTION(Reducer::launch)
+  // | Start the asynchronous, averaging allreduce on the bucket's view of the flat
+  // | gradient buffer (flat_grad_ + offset, count elements, f32, ReduceOp::kAvg) and
+  // | keep its Work in work_[bucket]. Record stats_.first_issue_seconds for bucket 0.
+  if (bucket == 0) stats_.first_issue_seconds = clock_seconds();
+  work_[bucket] = comm_.allreduce(flat_grad_ + bk.offset, bk.count, DType::kF32, ReduceOp::kAvg);
+  // END SOLUTION
+}
+
+void Reducer::finish() {
+  if (no_sync_) {
+    throw Error("Reducer::finish() inside no_sync(): gradients are being accumulated, not averaged; finish() "
+                "after the first backward outside the scope");
+  }
+  const double wait_begin = clock_seconds();
+  // BEGIN SOLUTION(Reducer::finish)
+  // | Naive and bucketed modes: issue every complete bucket now (launch_ready_buckets()).
+  // | Wait for every issued Work (buckets [0, next_launch_)). If a bucket is still
+  // | not issued, a parameter never got its gradient: find the first such parameter,
+  // | reset_step() and throw dtl::Error naming it and its bucket (never wait for it).
+  // | Otherwise record_stats(wait_begin, now) and reset_step().
+  if (options_.mode != ReducerMode::kOverlapped) launch_ready_buckets();
+  for (std::size_t b = 0; b < next_launch_; ++b) work_[b].wait();
+  const double wait_end = clock_seconds();
+  if (next_launch_ < buckets_.size()) {
+    for (std::size_t b = next_launch_; b < buckets_.size(); ++b) {
+      for (int i : buckets_[b].parameters) {
+        if (!ready_[static_cast<std::size_t>(i)]) {
+          const std::string name = params_[static_cast<std::size_t>(i)]->name;
+          reset_step();
+          throw Error("Reducer::finish(): parameter '" + name + "' (index " + std::to_string(i) + ", bucket " +
+                      std::to_string(b) + ") did not get a gradient in this step, so bucket " + std::to_string(b) +
+                      " and the ones after it were never reduced. Every parameter must take part in the loss "
+                      "(or leave it out of the model)");
+        }
+      }
+    }
+  }
+  record_stats(wait_begin, wait_end);
+  reset_step();
+  // END SOLUTION
+}
+
+void Reducer::record_stats(double wait_begin, double wait_end) {
+  stats_.exposed_seconds = wait_end - wait_begin;
+  // Busy time of the link: the union of the operations' [start, end] spans.
+  std::vector<std::pair<double, double>> spans;
+  for (std::size_t b = 0; b < next_launch_; ++b) {
+    spans.emplace_back(work_[b].start_seconds(), work_[b].end_seconds());
+    if (options_.timeline != nullptr) {
+      options_.timeline->add_work("comm", work_[b],
+                                  "bucket " + std::to_string(b) + " allreduce (" +
+                                      std::to_string(buckets_[b].count * sizeof(float)) + " B)");
+    }
+  }
+  std::sort(spans.begin(), spans.end());
+  double busy = 0.0, begin = 0.0, end = -1.0;
+  for (const auto& [s, e] : spans) {
+    if (s > end) {
+      if (end > begin) busy += end - begin;
+      begin = s;
+      end = e;
+    } else {
+      end = std::max(end, e);
+    }
+  }
+  if (end > begin) busy += end - begin;
+  stats_.comm_seconds = busy;
+  stats_.last_end_seconds = spans.empty() ? 0.0 : std::max_element(spans.begin(), spans.end(), [](auto a, auto b) {
+                                                     return a.second < b.second;
+                                                   })->second;
+}
+
+Reducer::NoSync::NoSync(Reducer* reducer) : reducer_(reducer) {}
+Reducer::NoSync::NoSync(NoSync&& other) noexcept : reducer_(std::exchange(other.reducer_, nullptr)) {}
+Reducer::NoSync::~NoSync() {
+  if (reducer_ != nullptr) reducer_->no_sync_ = false;
+}
+
+Reducer::NoSync Reducer::no_sync() {
+  // BEGIN SOLUTION(Reducer::no_sync)
+  // | Refuse (dtl::Error) if some gradient was already marked ready this step: the
+  // | scope must start between steps. Set no_sync_ and return NoSync(this); the
+  // | scope's destructor clears it. on_grad_ready() returns at once while it is set.
+  if (std::any_of(ready_.begin(), ready_.end(), [](char r) { return r != 0; })) {
+    throw Error("Reducer::no_sync(): a step is half done (some gradients were already reduced or counted); start "
+                "the scope before the micro-step's backward");
+  }
+  no_sync_ = true;
+  return NoSync(this);
+  // END SOLUTION
+}
+
+}  // namespace dtl::lab04
