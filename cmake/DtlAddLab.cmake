@@ -89,7 +89,7 @@ function(dtl_add_lab)
     endif()
     if(flavor STREQUAL "student")
       # A skeleton leaves parameters and locals unused until the TODOs are done.
-      set(quiet -Wno-unused-parameter -Wno-unused-variable -Wno-unused-but-set-variable)
+      set(quiet -Wno-unused-parameter -Wno-unused-variable -Wno-unused-but-set-variable -Wno-unused-function)
       list(JOIN quiet "," quiet_cuda)
       target_compile_options(${lib} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${quiet}>
                                             $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=${quiet_cuda}>)
