@@ -2,8 +2,8 @@
 /// @brief One benchmark row of a collective in nccl-tests' columns, timed beside the vendor's.
 ///
 /// Every collective lab measures the same way: check the implementation against
-/// the vendor once (#wrong), then time the two in alternating pairs
-/// (PairedTimer), and report size, count, type, time, algbw, busbw, #wrong and
+/// the vendor once (\#wrong), then time the two in alternating pairs
+/// (PairedTimer), and report size, count, type, time, algbw, busbw, \#wrong and
 /// the time/vendor ratio. A row may also name further vendors (e.g. Open MPI
 /// with a forced algorithm); each gets a time column `<name>_us` and a ratio
 /// column `ratio_<name>`, from its own pairs with the implementation.
