@@ -46,14 +46,15 @@ void typed(DType dtype, const char* what, Fn&& fn) {
   }
 }
 
-// Lab 03 not done yet is the likely failure here: say which lab to finish.
+// A failure in here is lab 03's (most likely: not done yet); say so, so that a
+// student does not look for it in lab 04.
 template <typename Call>
 void run_ring(Call&& call) {
   try {
     call();
-  } catch (const NotImplemented& e) {
-    throw NotImplemented(std::string("lab 03's ring, which the ring backend of lab 04 runs (finish lab 03 first): ") +
-                         e.what());
+  } catch (const Error& e) {
+    throw Error(std::string("in lab 03's ring, which the ring backend of lab 04 runs (finish lab 03 first): ") +
+                e.what());
   }
 }
 
