@@ -80,10 +80,13 @@ IpcRing<T>::IpcRing(MPI_Comm comm, std::size_t count, int device) : comm_(comm),
   try {
     left_ = open_peer<T>(handles[static_cast<std::size_t>(left)]);
     // With P = 2 both neighbours are the same process: one mapping serves both
-    // (opening one handle twice in a process is an error).
+    // (opening it again would only add a reference to close).
     right_ = right == left ? left_ : open_peer<T>(handles[static_cast<std::size_t>(right)]);
   } catch (const Error& e) {
     failure = e.what();
+    // The destructor will not run: close what was opened.
+    if (left_ != nullptr) cudaIpcCloseMemHandle(left_);
+    left_ = right_ = nullptr;
   }
   ok_here = failure.empty() ? 1 : 0;
   DTL_MPI_CHECK(MPI_Allreduce(&ok_here, &ok_everywhere, 1, MPI_INT, MPI_MIN, comm_));
@@ -95,20 +98,27 @@ IpcRing<T>::IpcRing(MPI_Comm comm, std::size_t count, int device) : comm_(comm),
 template <GpuElement T>
 IpcRing<T>::~IpcRing() {
   // Errors are ignored: destructors never throw. Close our mappings of the
-  // neighbours' buffers before freeing our own (buf_'s destructor, after this).
-  if (right_ != nullptr && right_ != left_) cudaIpcCloseMemHandle(right_);
-  if (left_ != nullptr) cudaIpcCloseMemHandle(left_);
+  // neighbours' buffers; then wait until every rank has closed its mappings of
+  // ours, and only then free it (buf_'s destructor, after this body): freeing
+  // exported memory that a peer still has mapped is undefined behaviour.
+  if (left_ == nullptr) return;  // nothing was mapped (one rank, count 0, or a failed constructor)
+  if (right_ != left_) cudaIpcCloseMemHandle(right_);
+  cudaIpcCloseMemHandle(left_);
+  MPI_Barrier(comm_);
 }
 
 template <GpuElement T>
 void IpcRing<T>::allreduce(bool fuse) {
   if (world_size_ == 1 || count_ == 0) return;
   DTL_CUDA_CHECK(cudaSetDevice(device_));
-  // TODO(student): For each of the 2(P-1) steps: ring_job(rank_, world_size_, step, count_, fuse); unless
-  //   it is skipped, launch reduce_copy(ring_job_args(job, data(), left_, right_), stream())
-  //   (an empty chunk launches nothing). Then wait for your kernel (cudaStreamSynchronize)
-  //   and for everyone's (MPI_Barrier on comm_) before the next step — also after a
-  //   skipped step or an empty chunk: every rank must make the same MPI calls.
+  // TODO(student): For each of the 2(P-1) steps: ring_job(rank_, world_size_, step, count_, fuse); a
+  //   skipped step is skipped by every rank (it depends on the step only). Otherwise launch
+  //   reduce_copy(ring_job_args(job, data(), left_, right_), stream()) (an empty chunk
+  //   launches nothing), wait for your kernel (cudaStreamSynchronize), and then for
+  //   everyone's before the next step: an MPI_Allreduce(MIN) of an "ok" flag on comm_ is
+  //   that barrier and also tells every rank when one rank's CUDA call failed (catch
+  //   dtl::Error around launch + sync), so that all throw together instead of one
+  //   throwing and the others waiting for it forever.
   throw dtl::NotImplemented("IpcRing::allreduce");
 }
 

@@ -128,8 +128,9 @@ TEST(AllreduceRing, MatchesVendor) {
 
 TEST(AllreduceRing, AverageDividesOnceAtTheEnd) {
   // 1 + 1 + ... + 1 over P ranks, averaged: 1 exactly when dividing once; 0 for
-  // integers that divide each term first (1/P truncates to 0), and a float that
-  // is not 1 for floats at P = 3 (1/3 + 1/3 + 1/3 rounds).
+  // integers that divide each term first (1/P truncates to 0). The float part
+  // (0.1 summed P times, then one division) tells the two apart only where P is
+  // not a power of two; the int part does it at every P > 1.
   const int size = comm().size();
   std::vector<std::int32_t> ints(10, 1);
   lab03::allreduce_ring<std::int32_t>(comm(), ints, Op::kAvg, kTag);

@@ -206,9 +206,8 @@ TYPED_TEST(IpcRingGpu, MatchesMpiAllreduce) {
       EXPECT_TRUE(same_bits(want, to_host<T>(ring.data(), count),
                             "rank " + std::to_string(rank) + ", count " + std::to_string(count) +
                                 (fuse ? ", fused" : "")));
-      // Nobody frees its buffer (the ring's destructor) while a neighbour might
-      // still read it: allreduce() ended with a barrier, and this one keeps the
-      // next iteration's handle exchange apart from this one's.
+      // The ring's destructor (collective) closes the mappings and waits for every
+      // rank before freeing; this barrier only keeps the cases apart in time.
       MPI_Barrier(comm());
     }
   }

@@ -10,9 +10,9 @@
 // Tolerance, and why it is not zero: the oracle's gradient sums B rows in one
 // GEMM; DDP sums B/W rows per rank and then the W partial means in the
 // allreduce. Float addition is not associative, so the two differ in the last
-// bits (about 1e-7 relative per step); k steps of SGD keep that size, and AdamW
-// (which divides by sqrt(v)) can turn a rounding-level difference in a
-// near-zero gradient into up to lr per step. Hence kTolerance below, far above
+// bits (about 1e-7 relative per step); kSteps steps of SGD or AdamW keep that
+// size (AdamW divides by sqrt(v) + eps, and no gradient of these models stays
+// near zero for all of them). Hence kTolerance below, far above
 // rounding and far below any real bug (a missing average is a factor W; a
 // missing bucket leaves a rank's own gradient, off by O(1e-2)).
 #pragma once

@@ -50,7 +50,9 @@ void check_model_agreement(Communicator& comm, const nn::Model& model) {
   // | count differs) and throw InvalidArgument naming r, i and this rank's parameter.
   double model_hash = 0.0;
   for (std::size_t i = 0; i < params.size(); ++i) {
-    // Order-sensitive mixing, kept below 2^52 so the double is exact.
+    // Order-sensitive mixing, reduced modulo a prime below 2^52. The products may
+    // round (they exceed 2^53), but identically on every rank: the same doubles,
+    // the same operations.
     const double mixed = hash_name(params[i]->name) + static_cast<double>(params[i]->value.numel()) * 7919.0;
     model_hash = std::fmod(model_hash * 31.0 + mixed, 4503599627370449.0);
   }

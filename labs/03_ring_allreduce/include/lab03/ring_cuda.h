@@ -274,8 +274,11 @@ class IpcRing {
   /// @throws Error on every other rank when that happens on one (all ranks throw together).
   /// @throws MpiError if the handle exchange fails.
   IpcRing(MPI_Comm comm, std::size_t count, int device);
-  /// @brief Closes the neighbours' handles and frees this rank's buffer; never throws.
-  /// Every allreduce() ended with a barrier, so no neighbour is still reading it.
+  /// @brief Closes the neighbours' handles, waits (MPI_Barrier) until every rank has
+  /// closed its mapping of this rank's buffer, then frees it; never throws.
+  ///
+  /// Collective: destroy the ring on every rank together. Freeing exported memory
+  /// that a peer still has mapped is undefined behaviour in CUDA, hence the barrier.
   ~IpcRing();
   IpcRing(const IpcRing&) = delete;
   IpcRing& operator=(const IpcRing&) = delete;
@@ -292,14 +295,17 @@ class IpcRing {
   /// @brief The ring allreduce in place: every rank's data() becomes the sum of all (collective).
   ///
   /// Each step: launch this rank's reduce-copy (reading the left neighbour's
-  /// buffer through IPC), wait for it, then MPI_Barrier. Why the barrier: at step
+  /// buffer through IPC), wait for it, then an MPI_Allreduce of an "ok" flag, which
+  /// is a barrier that also makes every rank throw when one rank's CUDA call
+  /// failed (instead of the others waiting forever). Why the barrier: at step
   /// s+1 a rank reads the chunk its left neighbour wrote at step s (read after
   /// write, in another process: its kernel must have finished), and with P = 2 it
   /// writes the chunk its neighbour read at step s (write after read). Waiting for
   /// one's own kernel and then for everyone covers both. The last barrier also
   /// means no one still reads this rank's buffer when allreduce() returns.
+  /// @throws CudaError on the rank whose kernel failed; Error on every other rank.
   /// @param[in] fuse whether to fold step P-1 into step P-2.
-  /// @throws CudaError if a kernel fails. @throws MpiError if a barrier fails.
+  /// @throws MpiError if the step's MPI_Allreduce fails.
   void allreduce(bool fuse = true);
 
  private:
