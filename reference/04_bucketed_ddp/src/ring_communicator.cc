@@ -26,6 +26,10 @@
 #include "lab03/ring.h"
 #include "lab04/ddp.h"
 
+#if DTL_HAVE_NCCL
+#include "harness/comm/nccl_communicator.h"
+#endif
+
 namespace dtl::lab04 {
 namespace {
 
@@ -130,6 +134,16 @@ std::unique_ptr<Communicator> make_communicator(const std::string& name, MPI_Com
   if (name == "mpi-thread") return std::make_unique<MpiCommunicator>(parent, MpiMode::kThread);
   if (name == "mpi-nonblocking") return std::make_unique<MpiCommunicator>(parent, MpiMode::kNonblocking);
   if (name == "ring") return std::make_unique<RingCommunicator>(parent);
+  if (name == "nccl") {
+    // Device buffers only: lab 04's model computes on the CPU, so this backend is
+    // for the GPU labs. NCCL needs one GPU per rank (NcclCommunicator says why not).
+#if DTL_HAVE_NCCL
+    return std::make_unique<NcclCommunicator>(parent);
+#else
+    throw InvalidArgument("make_communicator: backend 'nccl': built without NCCL (it needs nvcc and NCCL at "
+                          "configure time; see cmake/README.md)");
+#endif
+  }
   const std::string prefix = "emulated:";
   if (name.rfind(prefix, 0) == 0) {
     // Parse first (the same on every rank), so a bad name throws before any collective.
@@ -138,7 +152,7 @@ std::unique_ptr<Communicator> make_communicator(const std::string& name, MPI_Com
                                                   std::move(link));
   }
   throw InvalidArgument("make_communicator: unknown backend '" + name +
-                        "' (mpi-thread, mpi-nonblocking, ring, emulated:<link> such as emulated:10GbE)");
+                        "' (mpi-thread, mpi-nonblocking, ring, nccl, emulated:<link> such as emulated:10GbE)");
 }
 
 }  // namespace dtl::lab04

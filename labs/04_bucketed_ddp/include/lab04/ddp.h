@@ -319,11 +319,13 @@ class RingCommunicator final : public Communicator {
 ///
 /// Names: "mpi-thread", "mpi-nonblocking" (MpiCommunicator), "ring" (RingCommunicator),
 /// "emulated:LINK" (EmulatedCommunicator over mpi-thread; LINK as parse_link(),
-/// e.g. "emulated:10GbE" or "emulated:alpha=5us,bw=10GB/s").
+/// e.g. "emulated:10GbE" or "emulated:alpha=5us,bw=10GB/s"), "nccl" (NcclCommunicator,
+/// device buffers only, where NCCL was found at build time).
 /// @param[in] name the backend's name.
 /// @param[in] parent the ranks, e.g. MPI_COMM_WORLD.
 /// @return the communicator.
-/// @throws dtl::InvalidArgument for an unknown name.
+/// @throws dtl::InvalidArgument for an unknown name, or "nccl" in a build without NCCL.
+/// @throws dtl::Error for "nccl" where NCCL cannot run (no GPU, or fewer GPUs than ranks).
 std::unique_ptr<Communicator> make_communicator(const std::string& name, MPI_Comm parent);
 
 }  // namespace dtl::lab04
