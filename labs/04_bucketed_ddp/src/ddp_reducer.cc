@@ -174,7 +174,8 @@ Reducer::NoSync::~NoSync() {
 
 Reducer::NoSync Reducer::no_sync() {
   // TODO(student): Refuse (dtl::Error) if some gradient was already marked ready this step: the
-  //   scope must start between steps. Set no_sync_ and return NoSync(this); the
+  //   scope must start between steps; refuse a scope inside a scope too (the inner
+  //   one's end would end the outer one). Set no_sync_ and return NoSync(this); the
   //   scope's destructor clears it. on_grad_ready() returns at once while it is set.
   throw dtl::NotImplemented("Reducer::no_sync");
 }

@@ -283,6 +283,23 @@ TEST(NoSync, FinishInsideTheScopeThrows) {
   EXPECT_FALSE(reducer.in_no_sync());
 }
 
+TEST(NoSync, RefusedInTheMiddleOfAStepAndInsideAScope) {
+  dtl::MpiCommunicator backend(comm(), dtl::MpiMode::kThread);
+  nn::Model model = make_model(ModelKind::kMlp, 3);
+  lab04::Reducer reducer(backend, model);
+  {
+    auto scope = reducer.no_sync();
+    EXPECT_THROW(reducer.no_sync(), dtl::Error) << "rank " << comm().rank() << ": a no_sync() scope inside another";
+    EXPECT_TRUE(reducer.in_no_sync()) << "rank " << comm().rank() << ": the refused inner scope ended the outer one";
+  }
+  // A backward without finish(): its gradients are counted, the step is half done.
+  model.zero_grad();
+  forward_backward(model, ModelKind::kMlp, 0, 0, kGlobalBatch / comm().size());
+  EXPECT_THROW(reducer.no_sync(), dtl::Error) << "rank " << comm().rank() << ": no_sync() after a backward";
+  EXPECT_FALSE(reducer.in_no_sync());
+  reducer.finish();  // every rank ends the step, so no operation is left pending
+}
+
 // ---------------------------------------------------------------------------
 // Errors: clear messages, never a hang
 // ---------------------------------------------------------------------------

@@ -230,8 +230,13 @@ Reducer::NoSync::~NoSync() {
 Reducer::NoSync Reducer::no_sync() {
   // BEGIN SOLUTION(Reducer::no_sync)
   // | Refuse (dtl::Error) if some gradient was already marked ready this step: the
-  // | scope must start between steps. Set no_sync_ and return NoSync(this); the
+  // | scope must start between steps; refuse a scope inside a scope too (the inner
+  // | one's end would end the outer one). Set no_sync_ and return NoSync(this); the
   // | scope's destructor clears it. on_grad_ready() returns at once while it is set.
+  if (no_sync_) {
+    throw Error("Reducer::no_sync(): already inside a no_sync() scope; scopes do not nest (end the outer one "
+                "first)");
+  }
   if (std::any_of(ready_.begin(), ready_.end(), [](char r) { return r != 0; })) {
     throw Error("Reducer::no_sync(): a step is half done (some gradients were already reduced or counted); start "
                 "the scope before the micro-step's backward");
