@@ -6,7 +6,7 @@ allreduce), on a common time axis in milliseconds.
 
 usage: /usr/bin/python3 plot_trace.py [TRACE_DIR] [OUT.png]
   TRACE_DIR  where lab04_trace_overlapped.json and lab04_trace_bucketed.json are
-             (default: the current folder; the benchmark's DTL_TRACE_OUT)
+             (default: build/bench-out, where `./dtl bench 04` writes them)
   OUT.png    default: trace.png beside this script
 Needs matplotlib (Debian: python3-matplotlib, i.e. /usr/bin/python3)."""
 import json
@@ -43,7 +43,8 @@ def spans(path: Path):
 
 
 def main() -> int:
-    folder = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(".")
+    default = Path(__file__).resolve().parents[3] / "build" / "bench-out"
+    folder = Path(sys.argv[1]) if len(sys.argv) > 1 else default
     out = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(__file__).with_name("trace.png")
     modes = ["overlapped", "bucketed"]
     fig, axes = plt.subplots(len(modes), 1, figsize=(11, 5.5), sharex=True)
