@@ -4,7 +4,8 @@
 #               [FLAVORED_LIBS dtl_lab03])
 #
 # From the lab's folder name (NN_topic) it builds, for each flavor F in {student, reference}:
-#   dtl_labNN_F        library from labs/NN_topic/src/*.cc or reference/NN_topic/src/*.cc,
+#   dtl_labNN_F        library from labs/NN_topic/src/*.cc or reference/NN_topic/src/*.cc
+#                      (plus labs/NN_topic/given/*.cc, code handed to the student, in both),
 #                      plus src/*.cu where CUDA is built (DTL_HAVE_CUDA; the library
 #                      then links dtl::cuda and defines DTL_LAB_HAS_CUDA=1)
 #   labNN_F_test       every tests/*_test.cc, with the MPI gtest main and the PMPI tracer
@@ -50,6 +51,9 @@ function(dtl_add_lab)
 
   file(GLOB student_src CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/*.cc)
   file(GLOB reference_src CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/reference/${lab_name}/src/*.cc)
+  # given/*.cc: code the lab hands the student (not written, not submitted, not
+  # generated), compiled into both flavors from one copy.
+  file(GLOB given_src CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/given/*.cc)
   # CUDA sources: compiled wherever nvcc is (CI has nvcc and no GPU), left out otherwise.
   set(has_cuda OFF)
   if(DTL_HAVE_CUDA)
@@ -71,6 +75,10 @@ function(dtl_add_lab)
   file(GLOB hidden_src CONFIGURE_DEPENDS ${DTL_HIDDEN_DIR}/${lab_name}/*_test.cc)
   file(GLOB bench_src CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/bench/*_bench.cc)
 
+  list(APPEND student_src ${given_src})
+  if(reference_src)
+    list(APPEND reference_src ${given_src})
+  endif()
   set(flavors student)
   if(reference_src)
     list(APPEND flavors reference)

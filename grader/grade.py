@@ -438,7 +438,7 @@ def foreign_includes(lab: Lab, tree: Path, build_dir: Path) -> list[str]:
     deps = subprocess.run(["ninja", "-C", str(build_dir), "-t", "deps"], capture_output=True, text=True,
                           errors="replace", timeout=120).stdout
     allowed = [tree / "harness", tree / "datasets", tree / "labs" / lab.name / "include",
-               tree / "labs" / lab.name / "src"] + [tree / "labs" / d / "include" for d in lab.depends]
+               tree / "labs" / lab.name / "src", tree / "labs" / lab.name / "given"] + [tree / "labs" / d / "include" for d in lab.depends]
     student_obj = f"CMakeFiles/dtl_lab{lab.number}_student.dir/"
     foreign, checking = [], False
     for line in deps.splitlines():

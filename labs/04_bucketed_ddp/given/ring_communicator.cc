@@ -1,4 +1,5 @@
-// Lab 04 (given): your lab-03 ring as a Communicator backend, and backends by name.
+// Lab 04, given (not a task; compiled into both builds): your lab-03 ring as a
+// Communicator backend, and backends by name.
 //
 // What this file teaches: an adapter. The reducer speaks only dtl::Communicator
 // (asynchronous operations with Work handles); lab 03's ring is a set of
