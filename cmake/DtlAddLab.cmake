@@ -5,9 +5,12 @@
 #
 # From the lab's folder name (NN_topic) it builds, for each flavor F in {student, reference}:
 #   dtl_labNN_F        library from labs/NN_topic/src/*.cc or reference/NN_topic/src/*.cc
-#                      (plus labs/NN_topic/given/*.cc, code handed to the student, in both),
-#                      plus src/*.cu where CUDA is built (DTL_HAVE_CUDA; the library
-#                      then links dtl::cuda and defines DTL_LAB_HAS_CUDA=1)
+#                      plus labs/NN_topic/given/*.cc (code handed to the student: one
+#                      copy, compiled into both flavors, never submitted); *.cu from
+#                      both folders where CUDA is built (DTL_HAVE_CUDA; the library
+#                      then links dtl::cuda and defines DTL_LAB_HAS_CUDA=1). Files in
+#                      src/ and given/ include each other's headers by name: the
+#                      flavor's src/ and given/ are private include directories.
 #   labNN_F_test       every tests/*_test.cc, with the MPI gtest main and the PMPI tracer
 #   labNN_F_hidden     grader/hidden/NN_topic/*_test.cc when that folder exists
 #   labNN_bench        bench/*_bench.cc against the reference (./dtl bench NN)
@@ -51,19 +54,22 @@ function(dtl_add_lab)
 
   file(GLOB student_src CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/*.cc)
   file(GLOB reference_src CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/reference/${lab_name}/src/*.cc)
-  # given/*.cc: code the lab hands the student (not written, not submitted, not
-  # generated), compiled into both flavors from one copy.
+  # given/: code the lab hands the student (not written, not submitted, not
+  # generated), compiled into both flavors from one copy. The rule (labs/README.md):
+  # src/ holds exactly the files a student edits, each with a TODO(student).
   file(GLOB given_src CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/given/*.cc)
   # CUDA sources: compiled wherever nvcc is (CI has nvcc and no GPU), left out otherwise.
   set(has_cuda OFF)
   if(DTL_HAVE_CUDA)
     file(GLOB student_cu CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/*.cu)
     file(GLOB reference_cu CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/reference/${lab_name}/src/*.cu)
+    file(GLOB given_cu CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/given/*.cu)
     list(APPEND student_src ${student_cu})
     if(reference_src)
       list(APPEND reference_src ${reference_cu})
     endif()
-    if(student_cu)
+    list(APPEND given_src ${given_cu})
+    if(student_cu OR given_cu)
       set(has_cuda ON)
     endif()
   endif()
@@ -87,6 +93,12 @@ function(dtl_add_lab)
     set(lib dtl_${lab}_${flavor})
     add_library(${lib} STATIC ${${flavor}_src})
     target_include_directories(${lib} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include)
+    if(flavor STREQUAL "student")
+      set(flavor_src ${CMAKE_CURRENT_SOURCE_DIR}/src)
+    else()
+      set(flavor_src ${PROJECT_SOURCE_DIR}/reference/${lab_name}/src)
+    endif()
+    target_include_directories(${lib} PRIVATE ${flavor_src} ${CMAKE_CURRENT_SOURCE_DIR}/given)
     target_link_libraries(${lib} PUBLIC dtl::harness ${ARG_LIBS})
     foreach(flavored IN LISTS ARG_FLAVORED_LIBS)
       target_link_libraries(${lib} PUBLIC ${flavored}_${flavor})

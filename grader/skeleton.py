@@ -18,6 +18,11 @@ fails cleanly (it never hangs and never crashes):
 A block without a name, `// BEGIN SOLUTION`, becomes the TODO comment only (for
 helpers at file scope). Everything outside the blocks is copied unchanged.
 
+Every source file in reference/NN_topic/src holds at least one block: src/ is
+exactly what a student edits. Code a student is handed but does not write lives
+once in labs/NN_topic/given/ (compiled into both builds, never submitted); a
+solution-free file in reference/ is refused, naming that folder.
+
 usage: skeleton.py [--check] [ROOT]     (ROOT: the repository, default: here)
   --check  change nothing; list every file in labs/ that differs from what the
            generator makes, and exit 1 if any does.
@@ -89,7 +94,14 @@ def expected_files(ref: Path) -> dict[str, str]:
         if path.is_file():
             rel = str(path.relative_to(ref))
             text = path.read_text()
-            files[rel] = transform(text, str(path)) if path.suffix in SOURCE_SUFFIXES else text
+            if path.suffix in SOURCE_SUFFIXES:
+                files[rel] = transform(text, str(path))
+                if "TODO(student)" not in files[rel]:
+                    given = Path("labs") / ref.parent.name / "given"
+                    raise MarkerError(f"{path}: no BEGIN SOLUTION block, so nothing for a student to write: "
+                                      f"code handed to students lives once in {given}/ (labs/README.md)")
+            else:
+                files[rel] = text
     return files
 
 

@@ -114,6 +114,25 @@ class TestCheck(unittest.TestCase):
             self.assertIn("extra.cc (no such file in", result.stderr)
             self.assertIn("-// edited by hand", result.stdout)  # the diff
 
+    def test_solution_free_file_refused(self):
+        """A reference file with no task belongs in labs/NN/given/: --check names that folder."""
+        with tempfile.TemporaryDirectory(prefix="dtl-skeleton-test-") as tmp:
+            root = Path(tmp)
+            ref = root / "reference" / helpers.LAB_NAME / "src"
+            shutil.copytree(helpers.REFERENCE_SRC, ref)
+            shutil.copytree(helpers.SKELETON_SRC, root / "labs" / helpers.LAB_NAME / "src")
+            (ref / "plain.cc").write_text("int answer() { return 42; }\n")
+            result = self.check(root)
+            self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
+            self.assertIn("plain.cc: no BEGIN SOLUTION block", result.stderr)
+            self.assertIn(f"labs/{helpers.LAB_NAME}/given/", result.stderr)
+
+    def test_every_skeleton_file_holds_a_task(self):
+        for src in sorted(helpers.ROOT.glob("labs/[0-9][0-9]_*/src")):
+            for path in sorted(src.rglob("*")):
+                if path.is_file() and path.suffix in skeleton.SOURCE_SUFFIXES:
+                    self.assertIn("TODO(student)", path.read_text(), f"{path}: no task (move it to given/)")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -17,16 +17,20 @@
 ///                    (pulls) from its left neighbour's buffer directly
 ///   NCCL             the vendor's allreduce, reduce-scatter and allgather, for comparison
 ///
-/// Files under src/:
+/// Files under src/ (yours):
 ///   - reduce_copy.cuh     the per-thread work of the reduce-copy (__host__ __device__,
 ///                         so the CPU tests run it too): head, 16-byte vectors, tail
-///   - reduce_copy.cu      the kernels that wrap it, and the copy kernel (the roofline)
-///   - reduce_copy_host.cc the same work on the host: the CPU tests' way in
 ///   - ring_job.cc         ring_job(): one rank's reduce-copy at one step
 ///   - virtual_ring.h      the ring loop shared by the host and the GPU virtual rings
-///   - virtual_ring.cu     virtual_ring_allreduce(): that loop, launching kernels
-///   - ipc_ring.cc         IpcRing: handles, peers, and the ring loop across processes
-///   - nccl_collectives.cc the NCCL calls (given)
+///   - ipc_ring.cc         IpcRing::allreduce(): the ring loop across processes
+///
+/// Files under given/ (handed to you, compiled into your build, never submitted):
+///   - reduce_copy_pack.cuh fp32 accumulation, 16-byte packs, the one-element reduce-copy
+///   - reduce_copy.cu      the kernels that wrap reduce_copy.cuh, and the copy kernel (the roofline)
+///   - reduce_copy_host.cc the same work on the host: the CPU tests' way in
+///   - virtual_ring.cu     virtual_ring_allreduce(): the loop of virtual_ring.h, launching kernels
+///   - ipc_ring_setup.cc   IpcRing's constructor and destructor: handles and peers
+///   - nccl_collectives.cc the NCCL calls
 ///
 /// Pull model. At each step a rank *receives*: it reads the chunk from its left
 /// neighbour's buffer and writes its own. See ring_job() for why one step's
@@ -68,7 +72,7 @@ concept GpuElement = std::same_as<T, float> || std::same_as<T, __half> || std::s
 inline constexpr std::size_t kVectorBytes = 16;
 
 // ---------------------------------------------------------------------------
-// Task D: the reduce-copy kernel (reduce_copy.cuh, reduce_copy.cu)
+// Task D: the reduce-copy kernel (src/reduce_copy.cuh; given/reduce_copy.cu launches it)
 // ---------------------------------------------------------------------------
 
 /// @brief One reduce-copy: `dst[i] = a[i] + b[i]` for i < count (or `dst[i] = a[i]`
@@ -211,7 +215,7 @@ constexpr std::size_t virtual_ring_traffic_bytes(int world_size, std::size_t cou
 }
 
 // ---------------------------------------------------------------------------
-// Task F: the virtual ring (virtual_ring.h, virtual_ring.cu, reduce_copy_host.cc)
+// Task F: the virtual ring (src/virtual_ring.h; given/virtual_ring.cu and given/reduce_copy_host.cc run it)
 // ---------------------------------------------------------------------------
 
 /// @brief Ring allreduce over P buffers in host memory, with the kernel's per-thread
@@ -247,7 +251,7 @@ template <GpuElement T>
 void virtual_ring_allreduce(std::span<T* const> bufs, std::size_t count, cudaStream_t stream, bool fuse = true);
 
 // ---------------------------------------------------------------------------
-// Task G: the ring across processes through CUDA IPC (ipc_ring.cc)
+// Task G: the ring across processes through CUDA IPC (src/ipc_ring.cc; set-up in given/ipc_ring_setup.cc)
 // ---------------------------------------------------------------------------
 
 /// @brief A ring allreduce across the processes of an MPI communicator, each
@@ -322,7 +326,7 @@ class IpcRing {
 
 #if DTL_HAVE_NCCL
 // ---------------------------------------------------------------------------
-// The vendor: NCCL (nccl_collectives.cc, given)
+// The vendor: NCCL (given/nccl_collectives.cc)
 // ---------------------------------------------------------------------------
 
 /// @brief ncclAllReduce (sum) on `comm`'s stream order: asynchronous on `stream`.
