@@ -211,7 +211,7 @@ class MpiListener : public ::testing::EmptyTestEventListener {
     g_test_comm.reset();
     std::vector<std::string> by_rank;
     {
-      trace::HarnessWait wait("the other ranks to finish " + full_name(info) + " (this rank has)");
+      trace::HarnessWait wait("the other ranks to finish " + full_name(info) + " (this rank has finished it)");
       by_rank = gather_failures();
     }
     const int rank = g_control->rank();

@@ -44,7 +44,8 @@ TEST(HiddenDdp, OddModelEveryModeMatchesSingleProcess) {
       DdpRun run{.model = ModelKind::kOddMlp, .opt = opt};
       run.reducer = {.mode = mode, .bucket_cap_bytes = 100, .first_bucket_cap_bytes = 50};
       EXPECT_TRUE(close_to_oracle(expected, ddp(backend, run, 5),
-                                  std::string("odd mlp, ") + opt_name(opt) + ", " + lab04::reducer_mode_name(mode)));
+                                  std::string("odd mlp, ") + opt_name(opt) + ", " + lab04::reducer_mode_name(mode),
+                                  initial_parameters(ModelKind::kOddMlp, 5)));
     }
   }
 }
@@ -53,7 +54,8 @@ TEST(HiddenDdp, EmulatedLinkWithMicroSteps) {
   auto backend = lab04::make_communicator("emulated:alpha=50us,bw=1GB/s", comm());
   const std::vector<float> expected = single_process(ModelKind::kGpt, OptKind::kAdamW, 8, 2);
   DdpRun run{.model = ModelKind::kGpt, .opt = OptKind::kAdamW, .micro_steps = 2};
-  EXPECT_TRUE(close_to_oracle(expected, ddp(*backend, run, 8), "gpt, 2 micro-steps, emulated"));
+  EXPECT_TRUE(close_to_oracle(expected, ddp(*backend, run, 8), "gpt, 2 micro-steps, emulated",
+                              initial_parameters(ModelKind::kGpt, 8)));
 }
 
 }  // namespace

@@ -153,8 +153,9 @@ TEST_P(Equivalence, OverlappedMatchesSingleProcess) {
   auto comm_backend = backend();
   const std::vector<float> expected = single_process(model, opt, 42);
   const std::vector<float> got = ddp(*comm_backend, {.model = model, .opt = opt}, 42);
-  EXPECT_TRUE(close_to_oracle(expected, got, std::string(model_name(model)) + "/" + opt_name(opt) + " on " +
-                                                 comm_backend->name()));
+  EXPECT_TRUE(close_to_oracle(expected, got,
+                              std::string(model_name(model)) + "/" + opt_name(opt) + " on " + comm_backend->name(),
+                              initial_parameters(model, 42)));
 }
 
 std::string equivalence_name(const ::testing::TestParamInfo<EquivalenceParam>& info) {
@@ -177,7 +178,8 @@ TEST(ReducerModes, NaiveAndBucketedMatchSingleProcess) {
       DdpRun run{.model = model, .opt = OptKind::kSgd};
       run.reducer.mode = mode;
       EXPECT_TRUE(close_to_oracle(expected, ddp(backend, run, 42),
-                                  std::string(model_name(model)) + " " + lab04::reducer_mode_name(mode)));
+                                  std::string(model_name(model)) + " " + lab04::reducer_mode_name(mode),
+                                  initial_parameters(model, 42)));
     }
   }
 }
@@ -190,7 +192,8 @@ TEST(ReducerModes, AnyCapMatchesSingleProcess) {
     DdpRun run{.model = ModelKind::kGpt, .opt = OptKind::kAdamW};
     run.reducer.bucket_cap_bytes = cap;
     run.reducer.first_bucket_cap_bytes = cap;
-    EXPECT_TRUE(close_to_oracle(expected, ddp(backend, run, 42), "gpt, cap " + std::to_string(cap)));
+    EXPECT_TRUE(close_to_oracle(expected, ddp(backend, run, 42), "gpt, cap " + std::to_string(cap),
+                                initial_parameters(ModelKind::kGpt, 42)));
   }
 }
 
@@ -261,7 +264,8 @@ TEST(NoSync, AccumulatesWithoutCommunicating) {
     backend.allreduces = 0;
     DdpRun run{.model = model, .opt = OptKind::kSgd, .micro_steps = 3};
     const std::vector<float> got = ddp(backend, run, 42);
-    EXPECT_TRUE(close_to_oracle(expected, got, std::string(model_name(model)) + ", 3 micro-steps"));
+    EXPECT_TRUE(close_to_oracle(expected, got, std::string(model_name(model)) + ", 3 micro-steps",
+                                initial_parameters(model, 42)));
     // Buckets of the run (2 KiB cap, 512 B first): one allreduce per bucket per step, none in no_sync.
     nn::Model probe = make_model(model, 42);
     CountingCommunicator counter(inner);

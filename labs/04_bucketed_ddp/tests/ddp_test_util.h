@@ -190,9 +190,43 @@ inline std::vector<float> ddp(dtl::Communicator& backend, const DdpRun& run, std
   return {p.begin(), p.end()};
 }
 
-/// ddp's parameters against the oracle's, within the stated tolerance.
+/// The parameters every run starts from (rank 0's model, which the broadcast hands to all).
+inline std::vector<float> initial_parameters(ModelKind kind, std::uint64_t seed) {
+  nn::Model model = make_model(kind, seed);
+  const auto p = model.flatten_parameters().span<float>();
+  return {p.begin(), p.end()};
+}
+
+/// When ddp's updates (got - initial) are a world-size multiple of the oracle's,
+/// the classic mistakes: a sum never averaged, or an average taken twice. Empty
+/// otherwise. The ratio is the least-squares fit of got's update to expected's.
+inline std::string diagnose_factor(const std::vector<float>& initial, const std::vector<float>& expected,
+                                   const std::vector<float>& got) {
+  const int size = comm().size();
+  if (size == 1 || initial.size() != got.size() || expected.size() != got.size()) return "";
+  double dot = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double want = static_cast<double>(expected[i]) - initial[i];
+    dot += (static_cast<double>(got[i]) - initial[i]) * want;
+    norm += want * want;
+  }
+  if (norm == 0.0) return "";
+  const double ratio = dot / norm;
+  std::ostringstream hint;
+  if (std::abs(ratio - size) < 0.1 * size) {
+    hint << "\n---> HINT: the updates are about " << ratio << " times the single process's, off by a factor of W = "
+         << size << ": is the average missing (the allreduce sums; divide by the world size once)?";
+  } else if (std::abs(ratio - 1.0 / size) < 0.1 / size) {
+    hint << "\n---> HINT: the updates are about 1/" << size << " of the single process's: is the average taken twice "
+         << "(or are the local gradients divided by W before a sum that is divided again)?";
+  }
+  return hint.str();
+}
+
+/// ddp's parameters against the oracle's, within the stated tolerance. With the
+/// runs' `initial` parameters, a failure also names a world-size factor (diagnose_factor()).
 inline ::testing::AssertionResult close_to_oracle(const std::vector<float>& expected, const std::vector<float>& got,
-                                                  const std::string& what) {
+                                                  const std::string& what, const std::vector<float>& initial = {}) {
   if (expected.size() != got.size()) {
     return ::testing::AssertionFailure() << "rank " << comm().rank() << ": " << what << " has " << got.size()
                                          << " parameters, the single-process run " << expected.size();
@@ -211,7 +245,7 @@ inline ::testing::AssertionResult close_to_oracle(const std::vector<float>& expe
          << "rank " << comm().rank() << ", " << what << ": parameter element " << first << " is " << got[first]
          << ", the single-process run (batch " << kGlobalBatch << ") has " << expected[first] << "; " << wrong
          << " of " << got.size() << " elements differ by more than " << kAbsTolerance << " + " << kRelTolerance
-         << " |expected| (largest difference " << worst << ")";
+         << " |expected| (largest difference " << worst << ")" << diagnose_factor(initial, expected, got);
 }
 
 /// A Communicator that forwards to another and counts the operations issued.
