@@ -19,7 +19,7 @@ std::vector<Parameter*> Unit::parameters() const {
 void Model::add_unit(std::string name, std::vector<std::unique_ptr<Layer>> layers) {
   DTL_REQUIRE_ARG(!layers.empty(), "Model::add_unit", "layers", "is empty (unit '" + name + "')");
   for (const auto& layer : layers) DTL_REQUIRE_ARG(layer != nullptr, "Model::add_unit", "layers", "holds a null layer");
-  DTL_REQUIRE_ARG(!flat_parameters_.defined() && !flat_gradients_.defined(), "Model::add_unit", "this",
+  DTL_REQUIRE_ARG(!flat_values_.defined() && !flat_grads_.defined(), "Model::add_unit", "this",
                   "was already flattened; add every unit first");
   units_.push_back(Unit{std::move(name), std::move(layers)});
 }
@@ -72,16 +72,16 @@ void Model::zero_grad() const {
   for (const Parameter* p : parameters()) p->zero_grad();
 }
 
-const Tensor& Model::flatten_parameters(std::int64_t pad_multiple) {
+const Tensor& Model::flatten_values(std::int64_t pad_multiple) {
   const std::vector<Parameter*> params = parameters();
-  flat_parameters_ = flatten_values(params, pad_multiple);
-  return flat_parameters_;
+  flat_values_ = nn::flatten_values(params, pad_multiple);  // the free function; the member hides it
+  return flat_values_;
 }
 
-const Tensor& Model::flatten_gradients(std::int64_t pad_multiple) {
+const Tensor& Model::flatten_grads(std::int64_t pad_multiple) {
   const std::vector<Parameter*> params = parameters();
-  flat_gradients_ = flatten_grads(params, pad_multiple);
-  return flat_gradients_;
+  flat_grads_ = nn::flatten_grads(params, pad_multiple);
+  return flat_grads_;
 }
 
 std::vector<Shape> Model::activation_shapes(const Shape& input) const {
@@ -153,7 +153,7 @@ Model Model::slice(int begin, int end) && {
   DTL_REQUIRE_ARG(0 <= begin && begin < end && end <= unit_count(), "Model::slice", "begin",
                   "[" + std::to_string(begin) + ", " + std::to_string(end) + ") is not a non-empty range of the " +
                       std::to_string(unit_count()) + " units");
-  DTL_REQUIRE_ARG(!flat_parameters_.defined() && !flat_gradients_.defined(), "Model::slice", "this",
+  DTL_REQUIRE_ARG(!flat_values_.defined() && !flat_grads_.defined(), "Model::slice", "this",
                   "was flattened; slice first, then flatten the stage");
   Model stage(dtype_);
   for (int u = begin; u < end; ++u) stage.units_.push_back(std::move(units_[static_cast<std::size_t>(u)]));

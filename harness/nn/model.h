@@ -114,20 +114,20 @@ class Model {
   /// @brief Sets every gradient to zero.
   void zero_grad() const;
 
-  /// @brief Moves every parameter value into one flat buffer (see flatten_values()).
+  /// @brief Moves every parameter value into one flat buffer (see dtl::nn::flatten_values()).
   /// @param[in] pad_multiple the flat length is rounded up to a multiple of this (zeros).
   /// @return the flat buffer, (count rounded up).
-  const Tensor& flatten_parameters(std::int64_t pad_multiple = 1);
-  /// @brief Moves every gradient into one flat buffer (see flatten_grads()).
+  const Tensor& flatten_values(std::int64_t pad_multiple = 1);
+  /// @brief Moves every gradient into one flat buffer (see dtl::nn::flatten_grads()).
   /// @param[in] pad_multiple the flat length is rounded up to a multiple of this.
   /// @return the flat buffer.
-  const Tensor& flatten_gradients(std::int64_t pad_multiple = 1);
-  /// @brief The flat parameter buffer (undefined before flatten_parameters()).
+  const Tensor& flatten_grads(std::int64_t pad_multiple = 1);
+  /// @brief The flat parameter buffer (undefined before flatten_values()).
   /// @return the buffer.
-  const Tensor& flat_parameters() const noexcept { return flat_parameters_; }
-  /// @brief The flat gradient buffer (undefined before flatten_gradients()).
+  const Tensor& flat_values() const noexcept { return flat_values_; }
+  /// @brief The flat gradient buffer (undefined before flatten_grads()).
   /// @return the buffer.
-  const Tensor& flat_gradients() const noexcept { return flat_gradients_; }
+  const Tensor& flat_grads() const noexcept { return flat_grads_; }
 
   /// @brief The shape after each unit, for an input shape, without computing.
   /// @param[in] input the model's input shape.
@@ -160,7 +160,7 @@ class Model {
   DType dtype_;
   std::vector<Unit> units_;
   ModelHooks hooks_;
-  Tensor flat_parameters_, flat_gradients_;
+  Tensor flat_values_, flat_grads_;
 };
 
 /// @brief Moves the values of `params` into one new flat buffer and rebinds each

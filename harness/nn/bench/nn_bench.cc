@@ -121,8 +121,8 @@ BENCHMARK(BM_LinearVsSgemm)
 // forward and backward, the loss and the optimizer, and prints a table of
 // medians (ms per step) and shares.
 void breakdown(const char* title, dtl::nn::Model& model, const Tensor& x, const Tensor& targets, int steps) {
-  const Tensor& params = model.flatten_parameters();
-  const Tensor& grads = model.flatten_gradients();
+  const Tensor& params = model.flatten_values();
+  const Tensor& grads = model.flatten_grads();
   dtl::nn::AdamW adam({.lr = 1e-3f}, params.numel());
   dtl::nn::SoftmaxCrossEntropy ce;
   std::vector<std::string> names;

@@ -56,8 +56,8 @@ TEST(Determinism, SameSeedSameWeightsDifferentSeedDifferentWeights) {
 // A short GPT training run with AdamW over the flat buffer: loss and weights, as bits.
 std::pair<std::vector<double>, std::vector<std::uint32_t>> run_training(std::uint64_t seed) {
   Model model = make_gpt(17, 8, 16, 2, 2, seed);
-  const Tensor& params = model.flatten_parameters();
-  const Tensor& grads = model.flatten_gradients();
+  const Tensor& params = model.flatten_values();
+  const Tensor& grads = model.flatten_grads();
   AdamW adam({.lr = 1e-2f, .weight_decay = 0.01f}, params.numel());
   Rng data(seed + 1);
   Tensor x = Tensor::zeros({4, 8}, DType::kI32, MemoryCategory::kOther);

@@ -113,7 +113,7 @@ TEST(FlatBuffers, ParametersBecomeViewsWithoutCopies) {
   const std::int64_t param_bytes = tracker.current(MemoryCategory::kParameters);
   const std::int64_t count = model.parameter_count();
 
-  const Tensor& flat = model.flatten_parameters(/*pad_multiple=*/4);
+  const Tensor& flat = model.flatten_values(/*pad_multiple=*/4);
   const std::int64_t padded = (count + 3) / 4 * 4;
   EXPECT_EQ(flat.numel(), padded);
   // The old storages were freed: parameter memory is now exactly the flat buffer.
@@ -135,7 +135,7 @@ TEST(FlatBuffers, ParametersBecomeViewsWithoutCopies) {
   params.back()->value.data<float>()[0] = -7.0f;
   EXPECT_EQ(flat.data<float>()[count - params.back()->value.numel()], -7.0f);
 
-  const Tensor& flat_grads = model.flatten_gradients();
+  const Tensor& flat_grads = model.flatten_grads();
   offset = 0;
   for (Parameter* p : params) {
     EXPECT_EQ(p->grad.data<float>(), flat_grads.data<float>() + offset);
@@ -147,8 +147,8 @@ TEST(FlatBuffers, ParametersBecomeViewsWithoutCopies) {
 TEST(FlatBuffers, TrainingIsBitIdenticalWithAndWithoutFlattening) {
   Model plain = make_mlp(6, 16, 4, 3, 9);
   Model flat = make_mlp(6, 16, 4, 3, 9);
-  flat.flatten_parameters();
-  flat.flatten_gradients();
+  flat.flatten_values();
+  flat.flatten_grads();
   const Tensor x = random_input({8, 6}, 3);
   const Tensor y = random_tokens({8}, 4, 4);
   for (int step = 0; step < 3; ++step) {

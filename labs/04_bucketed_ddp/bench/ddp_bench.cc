@@ -69,7 +69,7 @@ struct Trainer {
 
   Trainer(dtl::Communicator& backend, lab04::ReducerOptions options, std::int64_t batch = kBatch)
       : model(nn::make_mlp(kIn, kHidden, kClasses, kDepth, 1)) {
-    model.flatten_parameters();
+    model.flatten_values();
     lab04::broadcast_parameters(backend, model, 0);
     reducer = std::make_unique<lab04::Reducer>(backend, model, options);
     timeline = options.timeline;
@@ -101,7 +101,7 @@ struct Trainer {
     const double t0 = dtl::clock_seconds();
     reducer->finish();
     const double t1 = dtl::clock_seconds();
-    sgd->step(model.flat_parameters().span<float>(), model.flat_gradients().span<float>());
+    sgd->step(model.flat_values().span<float>(), model.flat_grads().span<float>());
     if (timeline != nullptr) {
       timeline->add("compute", "wait (finish)", t0, t1);
       timeline->add("compute", "optimizer", t1, dtl::clock_seconds());

@@ -56,7 +56,7 @@ void broadcast_parameters(Communicator& comm, nn::Model& model, int root) {
                           std::to_string(comm.world_size()));
   }
   // TODO(student): check_model_agreement() first (a broadcast of mismatched sizes cannot fail cleanly).
-  //   If the model was flattened (model.flat_parameters().defined()), broadcast that one
+  //   If the model was flattened (model.flat_values().defined()), broadcast that one
   //   buffer; otherwise each parameter's value, in order. Issue them all, then wait for all.
   throw dtl::NotImplemented("broadcast_parameters");
 }

@@ -60,7 +60,7 @@ Reducer::Reducer(Communicator& comm, nn::Model& model, ReducerOptions options)
     bytes.push_back(static_cast<std::size_t>(params_[i]->grad.bytes()));
   }
   // One flat buffer: every gradient becomes a view of it (no copies from here on).
-  const nn::Tensor& flat = model_.flat_gradients().defined() ? model_.flat_gradients() : model_.flatten_gradients();
+  const nn::Tensor& flat = model_.flat_grads().defined() ? model_.flat_grads() : model_.flatten_grads();
   flat_grad_ = params_.empty() ? nullptr : flat.data<float>();
   // Naive: caps of one byte put every parameter in a bucket of its own.
   const bool naive = options_.mode == ReducerMode::kNaive;

@@ -108,8 +108,8 @@ TEST(ReducerBuckets, ViewsOfTheFlatGradientBuffer) {
   // No copies: every gradient is a view of the one flat buffer.
   const auto params = model.parameters();
   for (const auto* p : params) {
-    EXPECT_EQ(p->grad.data<float>(), model.flat_gradients().data<float>() + p->grad.offset() -
-                                         model.flat_gradients().offset())
+    EXPECT_EQ(p->grad.data<float>(), model.flat_grads().data<float>() + p->grad.offset() -
+                                         model.flat_grads().offset())
         << p->name;
   }
 }

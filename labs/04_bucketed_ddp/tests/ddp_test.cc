@@ -62,7 +62,7 @@ TEST(BroadcastParameters, EveryRankGetsRankZerosParameters) {
   dtl::MpiCommunicator backend(comm(), dtl::MpiMode::kThread);
   for (bool flat : {false, true}) {
     nn::Model model = make_model(ModelKind::kGpt, 100 + static_cast<std::uint64_t>(comm().rank()));
-    if (flat) model.flatten_parameters();
+    if (flat) model.flatten_values();
     lab04::broadcast_parameters(backend, model, 0);
     EXPECT_TRUE(dtl::testing::buffers_equal(values_of(make_model(ModelKind::kGpt, 100)), values_of(model),
                                             flat ? "flat parameters" : "parameters"));
@@ -218,8 +218,8 @@ TEST(ReducerModes, IssuesOneAllreducePerBucket) {
     EXPECT_EQ(backend.allreduce_elements, static_cast<std::size_t>(model.parameter_count()));
     const std::vector<float> want(static_cast<std::size_t>(model.parameter_count()),
                                   static_cast<float>(comm().size() + 1) / 2.0f);
-    EXPECT_TRUE(dtl::testing::buffers_equal(want, std::vector<float>(model.flat_gradients().span<float>().begin(),
-                                                                     model.flat_gradients().span<float>().end()),
+    EXPECT_TRUE(dtl::testing::buffers_equal(want, std::vector<float>(model.flat_grads().span<float>().begin(),
+                                                                     model.flat_grads().span<float>().end()),
                                             std::string("averaged gradients, ") + lab04::reducer_mode_name(mode)));
   }
 }

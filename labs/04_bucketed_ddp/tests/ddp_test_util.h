@@ -118,8 +118,8 @@ class Optimizer {
     }
   }
   void step(nn::Model& model) {
-    auto params = model.flat_parameters().span<float>();
-    auto grads = model.flat_gradients().span<float>();
+    auto params = model.flat_values().span<float>();
+    auto grads = model.flat_grads().span<float>();
     if (sgd_) sgd_->step(params, grads);
     else adam_->step(params, grads);
   }
@@ -140,15 +140,15 @@ inline void forward_backward(nn::Model& model, ModelKind kind, int step, std::in
 /// The oracle: one process, the whole batch, kSteps steps, from `seed`'s initial parameters.
 inline std::vector<float> single_process(ModelKind kind, OptKind opt, std::uint64_t seed, int micro_steps = 1) {
   nn::Model model = make_model(kind, seed);
-  model.flatten_parameters();
-  model.flatten_gradients();
+  model.flatten_values();
+  model.flatten_grads();
   Optimizer optimizer(opt, model.parameter_count());
   for (int step = 0; step < kSteps; ++step) {
     model.zero_grad();
     for (int m = 0; m < micro_steps; ++m) forward_backward(model, kind, step * micro_steps + m, 0, kGlobalBatch);
     optimizer.step(model);
   }
-  const auto p = model.flat_parameters().span<float>();
+  const auto p = model.flat_values().span<float>();
   return {p.begin(), p.end()};
 }
 
@@ -167,7 +167,7 @@ struct DdpRun {
 inline std::vector<float> ddp(dtl::Communicator& backend, const DdpRun& run, std::uint64_t seed) {
   const int rank = backend.rank(), size = backend.world_size();
   nn::Model model = make_model(run.model, seed + static_cast<std::uint64_t>(rank) * 1000);
-  model.flatten_parameters();
+  model.flatten_values();
   lab04::broadcast_parameters(backend, model, 0);
   lab04::Reducer reducer(backend, model, run.reducer);
   Optimizer optimizer(run.opt, model.parameter_count());
@@ -186,7 +186,7 @@ inline std::vector<float> ddp(dtl::Communicator& backend, const DdpRun& run, std
     reducer.finish();
     optimizer.step(model);
   }
-  const auto p = model.flat_parameters().span<float>();
+  const auto p = model.flat_values().span<float>();
   return {p.begin(), p.end()};
 }
 

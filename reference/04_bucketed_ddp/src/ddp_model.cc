@@ -106,11 +106,11 @@ void broadcast_parameters(Communicator& comm, nn::Model& model, int root) {
   }
   // BEGIN SOLUTION(broadcast_parameters)
   // | check_model_agreement() first (a broadcast of mismatched sizes cannot fail cleanly).
-  // | If the model was flattened (model.flat_parameters().defined()), broadcast that one
+  // | If the model was flattened (model.flat_values().defined()), broadcast that one
   // | buffer; otherwise each parameter's value, in order. Issue them all, then wait for all.
   check_model_agreement(comm, model);
   std::vector<Work> pending;
-  const nn::Tensor& flat = model.flat_parameters();
+  const nn::Tensor& flat = model.flat_values();
   if (flat.defined()) {
     pending.push_back(comm.broadcast(flat.span<float>(), root));
   } else {

@@ -98,8 +98,8 @@ int train_mlp(const Options& o) {
       dtl::nn::make_mlp(train.features, o.integer("hidden"), train.classes, static_cast<int>(o.integer("depth")),
                         static_cast<std::uint64_t>(o.integer("seed")));
   // Flat buffers: the optimizer updates the whole model as one span.
-  const Tensor& params = model.flatten_parameters();
-  const Tensor& grads = model.flatten_gradients();
+  const Tensor& params = model.flatten_values();
+  const Tensor& grads = model.flatten_grads();
   dtl::nn::AdamW adam({.lr = static_cast<float>(o.real("lr")), .weight_decay = 0.0f}, params.numel());
   std::printf("mlp: %lld parameters, spirals %lld train / %lld test, %lld classes\n",
               static_cast<long long>(model.parameter_count()), static_cast<long long>(train.count),
@@ -187,8 +187,8 @@ int train_gpt(const Options& o) {
   const long long steps = o.integer("steps"), log_every = o.integer("log-every");
   dtl::nn::Model model = dtl::nn::make_gpt(vocab, seq, o.integer("channels"), o.integer("heads"),
                                            static_cast<int>(o.integer("layers")), seed);
-  const Tensor& params = model.flatten_parameters();
-  const Tensor& grads = model.flatten_gradients();
+  const Tensor& params = model.flatten_values();
+  const Tensor& grads = model.flatten_grads();
   dtl::nn::AdamW adam({.lr = static_cast<float>(o.real("lr")), .weight_decay = 0.0f}, params.numel());
   std::printf("gpt: %lld parameters, %d units, vocab %lld, corpus %lld characters (%lld train, %lld held out)\n",
               static_cast<long long>(model.parameter_count()), model.unit_count(), static_cast<long long>(vocab),

@@ -1,0 +1,192 @@
+// Linear, ReLU and GELU: forward and backward.
+// Written out as loops over raw pointers (llm.c style). Each kernel is a
+// template over the element type T (float for training, double for the
+// gradient checks); the layer methods check shapes and dispatch on the dtype.
+#include "harness/nn/dense.h"
+
+#include <cmath>
+#include <cstring>
+#include <numbers>
+
+#include "harness/nn/gemm.h"
+#include "harness/nn/layer_util.h"
+
+namespace dtl::nn {
+
+using namespace detail;  // dispatch_float, require_input, ensure, notify, ...
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Kernels. N rows; each function says the shape of every pointer.
+// ---------------------------------------------------------------------------
+
+// y (N, out) = x (N, in) W^T (W is (out, in)) + b (out). The bias goes in
+// first, row by row, and the GEMM accumulates onto it (beta = 1): one pass
+// over y instead of a second loop after the GEMM.
+template <typename T>
+void linear_forward(T* y, const T* x, const T* w, const T* b, std::int64_t n, std::int64_t in, std::int64_t out) {
+  if (b != nullptr) {
+    for (std::int64_t i = 0; i < n; ++i) std::memcpy(y + i * out, b, static_cast<std::size_t>(out) * sizeof(T));
+  }
+  gemm(false, true, n, out, in, T(1), x, in, w, in, b != nullptr ? T(1) : T(0), y, out);
+}
+
+// db (out) += sum_n dy (N, out). __restrict__: db and dy never overlap, which
+// lets the compiler vectorize the inner loop.
+template <typename T>
+void linear_backward_bias(T* __restrict__ db, const T* __restrict__ dy, std::int64_t n, std::int64_t out) {
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t o = 0; o < out; ++o) db[o] += dy[i * out + o];
+}
+
+// dW (out, in) += dy^T (out, N) x (N, in);  dx (N, in) = dy (N, out) W (out, in).
+template <typename T>
+void linear_backward_weight(T* dw, const T* dy, const T* x, std::int64_t n, std::int64_t in, std::int64_t out) {
+  gemm(true, false, out, in, n, T(1), dy, out, x, in, T(1), dw, in);
+}
+template <typename T>
+void linear_backward_input(T* dx, const T* dy, const T* w, std::int64_t n, std::int64_t in, std::int64_t out) {
+  gemm(false, false, n, in, out, T(1), dy, out, w, in, T(0), dx, in);
+}
+
+template <typename T>
+T gelu(T x) {
+  const T s = static_cast<T>(std::sqrt(2.0 / std::numbers::pi));
+  return T(0.5) * x * (T(1) + std::tanh(s * (x + T(0.044715) * x * x * x)));
+}
+
+// d gelu / dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) s (1 + 3 * 0.044715 x^2), u = s (x + 0.044715 x^3).
+template <typename T>
+T gelu_grad(T x) {
+  const T s = static_cast<T>(std::sqrt(2.0 / std::numbers::pi));
+  const T u = s * (x + T(0.044715) * x * x * x);
+  const T th = std::tanh(u);
+  return T(0.5) * (T(1) + th) + T(0.5) * x * (T(1) - th * th) * s * (T(1) + T(3) * T(0.044715) * x * x);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Linear
+// ---------------------------------------------------------------------------
+
+Linear::Linear(std::string name, std::int64_t in, std::int64_t out, DType dtype, Rng& rng, double init_std,
+               bool bias)
+    : Layer(std::move(name)), in_(in), out_(out), has_bias_(bias) {
+  DTL_REQUIRE_ARG(in >= 1, "Linear", "in", "must be at least 1, not " + std::to_string(in));
+  DTL_REQUIRE_ARG(out >= 1, "Linear", "out", "must be at least 1, not " + std::to_string(out));
+  require_float_dtype(dtype, "Linear");
+  weight_ = make_parameter(name_ + ".weight", {out, in}, dtype);
+  init_parameter(weight_, rng, init_std, 1.0 / std::sqrt(static_cast<double>(in)));
+  if (has_bias_) bias_ = make_parameter(name_ + ".bias", {out}, dtype);
+}
+
+std::vector<Parameter*> Linear::parameters() {
+  if (has_bias_) return {&weight_, &bias_};
+  return {&weight_};
+}
+
+Shape Linear::output_shape(const Shape& input) const {
+  DTL_REQUIRE_ARG(!input.empty() && input.back() == in_, (name_ + ".output_shape").c_str(), "input",
+                  "is " + to_string(input) + ", expected last dimension " + std::to_string(in_));
+  Shape out = input;
+  out.back() = out_;
+  return out;
+}
+
+const Tensor& Linear::forward(const Tensor& x) {
+  require_input(x, weight_.value.dtype(), in_, name_, "x");
+  Cache& cache = caches_.at(slot_);
+  cache.x = x;  // a handle: backward needs x for dW
+  ensure(cache.y, output_shape(x.shape()), x.dtype());
+  const std::int64_t n = x.numel() / in_;
+  dispatch_float(x.dtype(), "Linear::forward", [&](auto zero) {
+    using T = decltype(zero);
+    linear_forward<T>(cache.y.data<T>(), x.data<T>(), weight_.value.data<T>(),
+                      has_bias_ ? bias_.value.data<T>() : nullptr, n, in_, out_);
+  });
+  return cache.y;
+}
+
+const Tensor& Linear::backward(const Tensor& dy, const GradReadyFn& grad_ready) {
+  Cache& cache = caches_.at(slot_);
+  require_grad(dy, cache.y, name_);
+  ensure(cache.dx, cache.x.shape(), dy.dtype());
+  const std::int64_t n = dy.numel() / out_;
+  dispatch_float(dy.dtype(), "Linear::backward", [&](auto zero) {
+    using T = decltype(zero);
+    // The bias and weight gradients are final before dx is computed: announce
+    // them at once, so a bucket can start its allreduce while dx is computed.
+    if (has_bias_) {
+      linear_backward_bias<T>(bias_.grad.data<T>(), dy.data<T>(), n, out_);
+      notify(grad_ready, bias_);
+    }
+    linear_backward_weight<T>(weight_.grad.data<T>(), dy.data<T>(), cache.x.data<T>(), n, in_, out_);
+    notify(grad_ready, weight_);
+    linear_backward_input<T>(cache.dx.data<T>(), dy.data<T>(), weight_.value.data<T>(), n, in_, out_);
+  });
+  return cache.dx;
+}
+
+// ---------------------------------------------------------------------------
+// ReLU and GELU
+// ---------------------------------------------------------------------------
+
+const Tensor& ReLU::forward(const Tensor& x) {
+  require_input(x, x.dtype(), -1, name_, "x");
+  Cache& cache = caches_.at(slot_);
+  cache.x = x;
+  ensure(cache.y, x.shape(), x.dtype());
+  dispatch_float(x.dtype(), "ReLU::forward", [&](auto zero) {
+    using T = decltype(zero);
+    const T* in = x.data<T>();
+    T* out = cache.y.data<T>();
+    for (std::int64_t i = 0; i < x.numel(); ++i) out[i] = in[i] > T(0) ? in[i] : T(0);
+  });
+  return cache.y;
+}
+
+const Tensor& ReLU::backward(const Tensor& dy, const GradReadyFn& /*grad_ready*/) {
+  Cache& cache = caches_.at(slot_);
+  require_grad(dy, cache.y, name_);
+  ensure(cache.dx, dy.shape(), dy.dtype());
+  dispatch_float(dy.dtype(), "ReLU::backward", [&](auto zero) {
+    using T = decltype(zero);
+    const T* x = cache.x.data<T>();
+    const T* g = dy.data<T>();
+    T* dx = cache.dx.data<T>();
+    for (std::int64_t i = 0; i < dy.numel(); ++i) dx[i] = x[i] > T(0) ? g[i] : T(0);
+  });
+  return cache.dx;
+}
+
+const Tensor& GELU::forward(const Tensor& x) {
+  require_input(x, x.dtype(), -1, name_, "x");
+  Cache& cache = caches_.at(slot_);
+  cache.x = x;
+  ensure(cache.y, x.shape(), x.dtype());
+  dispatch_float(x.dtype(), "GELU::forward", [&](auto zero) {
+    using T = decltype(zero);
+    const T* in = x.data<T>();
+    T* out = cache.y.data<T>();
+    for (std::int64_t i = 0; i < x.numel(); ++i) out[i] = gelu(in[i]);
+  });
+  return cache.y;
+}
+
+const Tensor& GELU::backward(const Tensor& dy, const GradReadyFn& /*grad_ready*/) {
+  Cache& cache = caches_.at(slot_);
+  require_grad(dy, cache.y, name_);
+  ensure(cache.dx, dy.shape(), dy.dtype());
+  dispatch_float(dy.dtype(), "GELU::backward", [&](auto zero) {
+    using T = decltype(zero);
+    const T* x = cache.x.data<T>();
+    const T* g = dy.data<T>();
+    T* dx = cache.dx.data<T>();
+    for (std::int64_t i = 0; i < dy.numel(); ++i) dx[i] = gelu_grad(x[i]) * g[i];
+  });
+  return cache.dx;
+}
+
+}  // namespace dtl::nn

@@ -1,0 +1,105 @@
+// The containers: Sequential (a chain) and Residual (y = x + f(x)).
+#include "harness/nn/layer.h"
+
+#include "harness/nn/layer_util.h"
+
+namespace dtl::nn {
+
+using namespace detail;  // dispatch_float, require_grad, ensure
+
+// ---------------------------------------------------------------------------
+// Sequential and Residual
+// ---------------------------------------------------------------------------
+
+Sequential::Sequential(std::string name, std::vector<std::unique_ptr<Layer>> layers)
+    : Layer(std::move(name)), layers_(std::move(layers)) {
+  DTL_REQUIRE_ARG(!layers_.empty(), "Sequential", "layers", "is empty");
+  for (const auto& layer : layers_) DTL_REQUIRE_ARG(layer != nullptr, "Sequential", "layers", "holds a null layer");
+}
+
+const Tensor& Sequential::forward(const Tensor& x) {
+  const Tensor* h = &x;
+  for (const auto& layer : layers_) h = &layer->forward(*h);
+  return *h;
+}
+
+const Tensor& Sequential::backward(const Tensor& dy, const GradReadyFn& grad_ready) {
+  const Tensor* g = &dy;
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) g = &(*it)->backward(*g, grad_ready);
+  return *g;
+}
+
+std::vector<Parameter*> Sequential::parameters() {
+  std::vector<Parameter*> all;
+  for (const auto& layer : layers_)
+    for (Parameter* p : layer->parameters()) all.push_back(p);
+  return all;
+}
+
+Shape Sequential::output_shape(const Shape& input) const {
+  Shape s = input;
+  for (const auto& layer : layers_) s = layer->output_shape(s);
+  return s;
+}
+
+void Sequential::set_slot(int slot) {
+  Layer::set_slot(slot);
+  for (const auto& layer : layers_) layer->set_slot(slot);
+}
+
+void Sequential::release_slot(int slot) {
+  for (const auto& layer : layers_) layer->release_slot(slot);
+}
+
+Residual::Residual(std::string name, std::unique_ptr<Layer> inner)
+    : Layer(std::move(name)), inner_(std::move(inner)) {
+  DTL_REQUIRE_ARG(inner_ != nullptr, "Residual", "inner", "is null");
+}
+
+Shape Residual::output_shape(const Shape& input) const {
+  const Shape inner = inner_->output_shape(input);
+  DTL_REQUIRE_ARG(inner == input, (name_ + ".output_shape").c_str(), "input",
+                  "maps to " + to_string(inner) + " inside; a residual needs the same shape as " + to_string(input));
+  return input;
+}
+
+const Tensor& Residual::forward(const Tensor& x) {
+  const Tensor& fx = inner_->forward(x);
+  Cache& cache = caches_.at(slot_);
+  ensure(cache.y, x.shape(), x.dtype());
+  dispatch_float(x.dtype(), "Residual::forward", [&](auto zero) {
+    using T = decltype(zero);
+    const T* a = x.data<T>();
+    const T* b = fx.data<T>();
+    T* y = cache.y.data<T>();
+    for (std::int64_t i = 0; i < x.numel(); ++i) y[i] = a[i] + b[i];
+  });
+  return cache.y;
+}
+
+const Tensor& Residual::backward(const Tensor& dy, const GradReadyFn& grad_ready) {
+  Cache& cache = caches_.at(slot_);
+  require_grad(dy, cache.y, name_);
+  const Tensor& dinner = inner_->backward(dy, grad_ready);
+  ensure(cache.dx, dy.shape(), dy.dtype());
+  dispatch_float(dy.dtype(), "Residual::backward", [&](auto zero) {
+    using T = decltype(zero);
+    const T* a = dy.data<T>();
+    const T* b = dinner.data<T>();
+    T* dx = cache.dx.data<T>();
+    for (std::int64_t i = 0; i < dy.numel(); ++i) dx[i] = a[i] + b[i];  // both paths reach x
+  });
+  return cache.dx;
+}
+
+void Residual::set_slot(int slot) {
+  Layer::set_slot(slot);
+  inner_->set_slot(slot);
+}
+
+void Residual::release_slot(int slot) {
+  caches_.release(slot);
+  inner_->release_slot(slot);
+}
+
+}  // namespace dtl::nn
