@@ -193,7 +193,7 @@ inline std::vector<float> ddp(dtl::Communicator& backend, const DdpRun& run, std
 /// The parameters every run starts from (rank 0's model, which the broadcast hands to all).
 inline std::vector<float> initial_parameters(ModelKind kind, std::uint64_t seed) {
   nn::Model model = make_model(kind, seed);
-  const auto p = model.flatten_parameters().span<float>();
+  const auto p = model.flatten_values().span<float>();
   return {p.begin(), p.end()};
 }
 
