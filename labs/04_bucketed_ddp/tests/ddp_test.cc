@@ -251,6 +251,36 @@ TEST(Overlap, OverlappedIssuesDuringBackwardOthersAfter) {
   }
 }
 
+// Overlap graded from what happened, not from what the reducer reports: on a link
+// far slower than compute (5 ms per allreduce, as if across a slow network), an
+// overlapped reducer has a bucket's allreduce in flight while later units' backward
+// runs. A reducer that issues each bucket in the gradient hook and then waits for it
+// there issues "during backward" too, but never lets backward go on meanwhile:
+// every unit's backward ends outside every allreduce's [issue, completion] span.
+TEST(Overlap, BackwardRunsWhileABucketIsInFlight) {
+  if (comm().size() == 1) GTEST_SKIP() << "one rank: an allreduce is a no-op, there is nothing to overlap";
+  auto slow = lab04::make_communicator("emulated:alpha=5ms,bw=1GB/s", comm());
+  CountingCommunicator backend(*slow);
+  nn::Model model = make_model(ModelKind::kGpt, 9);
+  lab04::Reducer reducer(backend, model,
+                         {.mode = ReducerMode::kOverlapped, .bucket_cap_bytes = 4096, .first_bucket_cap_bytes = 1024});
+  std::vector<double> unit_ends;  // when each unit's backward ended, last unit first
+  model.hooks().post_backward = [&](int) { unit_ends.push_back(dtl::clock_seconds()); };
+  model.zero_grad();
+  forward_backward(model, ModelKind::kGpt, 0, 0, kGlobalBatch / comm().size());
+  reducer.finish();
+  int overlapped = 0;
+  for (const auto& span : backend.allreduce_spans) {
+    for (double t : unit_ends) overlapped += span.issue < t && t < span.end ? 1 : 0;
+  }
+  EXPECT_GT(backend.allreduce_spans.size(), 2u);
+  EXPECT_GT(overlapped, 0) << "rank " << comm().rank() << ": " << backend.allreduce_spans.size()
+                           << " allreduces on a 5 ms link, " << unit_ends.size()
+                           << " units' backward, and no unit's backward ended while an allreduce was in flight\n"
+                           << "---> HINT: issue a bucket and return from the gradient hook at once; wait for the "
+                              "Works only in finish() (waiting inside the hook serializes backward and communication)";
+}
+
 // ---------------------------------------------------------------------------
 // no_sync: accumulate micro-steps locally, average once
 // ---------------------------------------------------------------------------

@@ -248,7 +248,9 @@ inline ::testing::AssertionResult close_to_oracle(const std::vector<float>& expe
          << " |expected| (largest difference " << worst << ")" << diagnose_factor(initial, expected, got);
 }
 
-/// A Communicator that forwards to another and counts the operations issued.
+/// A Communicator that forwards to another, counts the operations issued and
+/// records when each allreduce was issued and when it completed (the inner
+/// backend's completion time), whatever the code under test says about it.
 class CountingCommunicator final : public dtl::Communicator {
  public:
   explicit CountingCommunicator(dtl::Communicator& inner) : inner_(inner) {}
@@ -257,12 +259,20 @@ class CountingCommunicator final : public dtl::Communicator {
   std::string name() const override { return "counting " + inner_.name(); }
   int allreduces = 0;          ///< allreduces issued
   std::size_t allreduce_elements = 0;  ///< their elements, summed
+  struct Span {
+    double issue = 0.0;  ///< clock_seconds() when the allreduce was called
+    double end = 0.0;    ///< when it completed (0 until someone waited for it or tested it)
+  };
+  std::vector<Span> allreduce_spans;  ///< one per allreduce, in issue order
 
  protected:
   std::unique_ptr<dtl::WorkImpl> do_allreduce(void* buf, const dtl::OpInfo& info) override {
     ++allreduces;
     allreduce_elements += info.count;
-    return wrap(inner_.allreduce(buf, info.count, info.dtype, info.op), info);
+    allreduce_spans.push_back({dtl::clock_seconds(), 0.0});
+    auto forward = std::make_unique<Forward>(inner_.allreduce(buf, info.count, info.dtype, info.op), info);
+    forward->record_end_in(&allreduce_spans, allreduce_spans.size() - 1);
+    return forward;
   }
   std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
     return wrap(inner_.broadcast(buf, info.count, info.dtype, info.root), info);
@@ -283,16 +293,23 @@ class CountingCommunicator final : public dtl::Communicator {
     bool wait_until(double deadline) override {
       return done(work_.wait_for(std::max(0.0, deadline - dtl::clock_seconds())));
     }
+    void record_end_in(std::vector<Span>* spans, std::size_t index) {
+      spans_ = spans;
+      index_ = index;
+    }
 
    private:
     bool done(bool complete) {
       if (complete) {
         set_start(work_.start_seconds());
         set_end(work_.end_seconds());
+        if (spans_ != nullptr) (*spans_)[index_].end = work_.end_seconds();
       }
       return complete;
     }
     dtl::Work work_;
+    std::vector<Span>* spans_ = nullptr;
+    std::size_t index_ = 0;
   };
   static std::unique_ptr<dtl::WorkImpl> wrap(dtl::Work work, const dtl::OpInfo& info) {
     return std::make_unique<Forward>(std::move(work), info);
