@@ -20,7 +20,8 @@ TEST(HiddenBuckets, CapsThatSplitExactlyAtAParameterBoundary) {
   EXPECT_EQ(lab04::assign_buckets(kOddBytes, 224, 96), (Buckets{{7, 6}, {5, 4}, {3, 2}, {1, 0}}));
   nn::Model model = make_model(ModelKind::kOddMlp, 1);
   dtl::MpiCommunicator backend(comm(), dtl::MpiMode::kThread);
-  lab04::Reducer reducer(backend, model, {.bucket_cap_bytes = 224, .first_bucket_cap_bytes = 96});
+  lab04::Reducer reducer(backend, model, {.bucket_cap_bytes = 224, .first_bucket_cap_bytes = 96,
+                                          .buckets = {{7, 6}, {5, 4}, {3, 2}, {1, 0}}});
   const auto& b = reducer.buckets();
   ASSERT_EQ(b.size(), 4u);
   const std::size_t offsets[] = {133, 77, 21, 0}, counts[] = {24, 56, 56, 21};

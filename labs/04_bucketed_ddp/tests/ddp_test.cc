@@ -203,7 +203,8 @@ TEST(ReducerModes, IssuesOneAllreducePerBucket) {
   for (ReducerMode mode : {ReducerMode::kNaive, ReducerMode::kBucketed, ReducerMode::kOverlapped}) {
     CountingCommunicator backend(inner);
     nn::Model model = make_model(ModelKind::kMlp, 3);
-    lab04::Reducer reducer(backend, model, {.mode = mode, .bucket_cap_bytes = 1024, .first_bucket_cap_bytes = 256});
+    lab04::Reducer reducer(backend, model,
+                           with_buckets(model, {.mode = mode, .bucket_cap_bytes = 1024, .first_bucket_cap_bytes = 256}));
     model.zero_grad();
     // Each rank's gradient is rank + 1 everywhere: the average is (P + 1) / 2.
     const auto params = model.parameters();
@@ -232,7 +233,8 @@ TEST(Overlap, OverlappedIssuesDuringBackwardOthersAfter) {
   auto backend = lab04::make_communicator("emulated:10GbE", comm());
   for (ReducerMode mode : {ReducerMode::kOverlapped, ReducerMode::kBucketed}) {
     nn::Model model = make_model(ModelKind::kGpt, 9);
-    lab04::Reducer reducer(*backend, model, {.mode = mode, .bucket_cap_bytes = 4096, .first_bucket_cap_bytes = 1024});
+    lab04::Reducer reducer(*backend, model,
+                           with_buckets(model, {.mode = mode, .bucket_cap_bytes = 4096, .first_bucket_cap_bytes = 1024}));
     double backward_end = 0.0;
     model.hooks().post_backward = [&](int unit) {
       if (unit == 0) backward_end = dtl::clock_seconds();
@@ -262,8 +264,9 @@ TEST(Overlap, BackwardRunsWhileABucketIsInFlight) {
   auto slow = lab04::make_communicator("emulated:alpha=5ms,bw=1GB/s", comm());
   CountingCommunicator backend(*slow);
   nn::Model model = make_model(ModelKind::kGpt, 9);
-  lab04::Reducer reducer(backend, model,
-                         {.mode = ReducerMode::kOverlapped, .bucket_cap_bytes = 4096, .first_bucket_cap_bytes = 1024});
+  lab04::Reducer reducer(
+      backend, model,
+      with_buckets(model, {.mode = ReducerMode::kOverlapped, .bucket_cap_bytes = 4096, .first_bucket_cap_bytes = 1024}));
   std::vector<double> unit_ends;  // when each unit's backward ended, last unit first
   model.hooks().post_backward = [&](int) { unit_ends.push_back(dtl::clock_seconds()); };
   model.zero_grad();
@@ -299,7 +302,7 @@ TEST(NoSync, AccumulatesWithoutCommunicating) {
     // Buckets of the run (2 KiB cap, 512 B first): one allreduce per bucket per step, none in no_sync.
     nn::Model probe = make_model(model, 42);
     CountingCommunicator counter(inner);
-    lab04::Reducer reducer(counter, probe, run.reducer);
+    lab04::Reducer reducer(counter, probe, with_buckets(probe, run.reducer));
     EXPECT_EQ(backend.allreduces, kSteps * static_cast<int>(reducer.buckets().size()))
         << model_name(model) << ": allreduces issued inside no_sync()";
   }
@@ -308,7 +311,7 @@ TEST(NoSync, AccumulatesWithoutCommunicating) {
 TEST(NoSync, FinishInsideTheScopeThrows) {
   dtl::MpiCommunicator backend(comm(), dtl::MpiMode::kThread);
   nn::Model model = make_model(ModelKind::kMlp, 3);
-  lab04::Reducer reducer(backend, model);
+  lab04::Reducer reducer(backend, model, with_buckets(model, {}));
   {
     auto scope = reducer.no_sync();
     EXPECT_TRUE(reducer.in_no_sync());
@@ -320,7 +323,7 @@ TEST(NoSync, FinishInsideTheScopeThrows) {
 TEST(NoSync, RefusedInTheMiddleOfAStepAndInsideAScope) {
   dtl::MpiCommunicator backend(comm(), dtl::MpiMode::kThread);
   nn::Model model = make_model(ModelKind::kMlp, 3);
-  lab04::Reducer reducer(backend, model);
+  lab04::Reducer reducer(backend, model, with_buckets(model, {}));
   {
     auto scope = reducer.no_sync();
     EXPECT_THROW(reducer.no_sync(), dtl::Error) << "rank " << comm().rank() << ": a no_sync() scope inside another";
@@ -345,7 +348,8 @@ TEST(ReducerErrors, ParameterWithoutGradientIsNamed) {
     std::vector<std::unique_ptr<nn::Layer>> layers;
     layers.push_back(std::make_unique<Unused>());
     model.add_unit("unused", std::move(layers));
-    lab04::Reducer reducer(backend, model, {.mode = mode, .bucket_cap_bytes = 1024, .first_bucket_cap_bytes = 256});
+    lab04::Reducer reducer(backend, model,
+                           with_buckets(model, {.mode = mode, .bucket_cap_bytes = 1024, .first_bucket_cap_bytes = 256}));
     model.zero_grad();
     forward_backward(model, ModelKind::kMlp, 0, 0, kGlobalBatch / comm().size());
     try {
@@ -362,7 +366,7 @@ TEST(ReducerErrors, ParameterWithoutGradientIsNamed) {
 TEST(ReducerErrors, SecondBackwardWithoutFinishIsNamed) {
   dtl::MpiCommunicator backend(comm(), dtl::MpiMode::kThread);
   nn::Model model = make_model(ModelKind::kMlp, 3);
-  lab04::Reducer reducer(backend, model, {.mode = ReducerMode::kOverlapped});
+  lab04::Reducer reducer(backend, model, with_buckets(model, {.mode = ReducerMode::kOverlapped}));
   model.zero_grad();
   forward_backward(model, ModelKind::kMlp, 0, 0, kGlobalBatch / comm().size());
   try {

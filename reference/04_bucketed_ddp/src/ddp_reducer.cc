@@ -62,10 +62,33 @@ Reducer::Reducer(Communicator& comm, nn::Model& model, ReducerOptions options)
   // One flat buffer: every gradient becomes a view of it (no copies from here on).
   const nn::Tensor& flat = model_.flat_grads().defined() ? model_.flat_grads() : model_.flatten_grads();
   flat_grad_ = params_.empty() ? nullptr : flat.data<float>();
-  // Naive: caps of one byte put every parameter in a bucket of its own.
-  const bool naive = options_.mode == ReducerMode::kNaive;
-  const auto groups = assign_buckets(bytes, naive ? 1 : options_.bucket_cap_bytes,
-                                     naive ? 1 : options_.first_bucket_cap_bytes);
+  // Naive: every parameter in a bucket of its own, last first. Otherwise the
+  // buckets given in the options, or assign_buckets()'s under the caps.
+  std::vector<std::vector<int>> groups;
+  if (options_.mode == ReducerMode::kNaive) {
+    for (int i = static_cast<int>(params_.size()) - 1; i >= 0; --i) groups.push_back({i});
+  } else if (!options_.buckets.empty()) {
+    groups = options_.buckets;
+  } else {
+    groups = assign_buckets(bytes, options_.bucket_cap_bytes, options_.first_bucket_cap_bytes);
+  }
+  // Every parameter in exactly one bucket, or the step could never finish.
+  const char* source = options_.buckets.empty() ? "assign_buckets() result" : "options.buckets";
+  std::vector<int> seen(params_.size(), 0);
+  for (const auto& group : groups) {
+    DTL_REQUIRE_ARG(!group.empty(), "Reducer", source, "holds an empty bucket");
+    for (int i : group) {
+      DTL_REQUIRE_ARG(i >= 0 && static_cast<std::size_t>(i) < params_.size(), "Reducer", source,
+                      "holds parameter index " + std::to_string(i) + ", outside [0, " +
+                          std::to_string(params_.size()) + ")");
+      DTL_REQUIRE_ARG(seen[static_cast<std::size_t>(i)]++ == 0, "Reducer", source,
+                      "holds parameter " + std::to_string(i) + " twice");
+    }
+  }
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    DTL_REQUIRE_ARG(seen[i] == 1, "Reducer", source,
+                    "leaves out parameter " + std::to_string(i) + " ('" + params_[i]->name + "')");
+  }
   bucket_of_.assign(params_.size(), -1);
   // BEGIN SOLUTION(Reducer::Reducer)
   // | For each group b of parameter indices (decreasing): a Bucket with those

@@ -136,6 +136,11 @@ struct ReducerOptions {
   std::size_t bucket_cap_bytes = kDefaultBucketCapBytes;     ///< assign_buckets()'s cap_bytes
   std::size_t first_bucket_cap_bytes = kDefaultFirstBucketCapBytes;  ///< assign_buckets()'s first_cap_bytes
   Timeline* timeline = nullptr;  ///< if set, finish() adds each allreduce as a span on track "comm"
+  /// If not empty: the buckets to use, as assign_buckets() would return them (parameter
+  /// indices, each bucket decreasing), instead of calling assign_buckets() with the caps.
+  /// The grading tests of the reducer give them explicitly, so that a fault in task B
+  /// costs task B's item only. Ignored in naive mode (one bucket per parameter).
+  std::vector<std::vector<int>> buckets;
 };
 
 /// @brief One bucket: a contiguous view of the flat gradient buffer.
