@@ -112,6 +112,9 @@ HalfSumCommunicator::HalfSumCommunicator(MPI_Comm parent) {
 
 HalfSumCommunicator::~HalfSumCommunicator() {
   thread_.reset();  // runs what is queued (every rank issued it), then joins
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;  // a communicator that outlived MPI (a static in a benchmark): MPI freed everything
   if (f16_sum_ != MPI_OP_NULL) MPI_Op_free(&f16_sum_);
   if (bf16_sum_ != MPI_OP_NULL) MPI_Op_free(&bf16_sum_);
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
