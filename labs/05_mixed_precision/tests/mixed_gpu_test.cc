@@ -1,0 +1,116 @@
+// Lab 05 on a GPU: the 16-bit pieces of the mixed step with dtl::nn_cuda's
+// kernels against the CPU step.
+//   - master -> working rounding: the GPU's float_to_f16 / float_to_bf16 of the
+//     trainer's master weights equals the trainer's working copy bit for bit
+//     (both round to nearest even);
+//   - forward with the working weights: the MLP's logits computed on the GPU
+//     (cuBLAS GEMM, bias, ReLU on the widened 16-bit weights) agree with the CPU
+//     forward that the trainer runs within 1e-4 relative (+ 1e-5 absolute): the
+//     two sum the same products in different orders in fp32.
+// Without a GPU every test skips on every rank, saying why.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/cuda/check.h"
+#include "harness/cuda/device.h"
+#include "harness/nn/cuda_ops.h"
+#include "labs/05_mixed_precision/tests/mixed_test_util.h"
+
+namespace lab05_test {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                                      \
+  std::string why_no_gpu;                                                       \
+  const int gpus = dtl::cuda::gpu_count(&why_no_gpu);                           \
+  DTL_SKIP_IF_ANY(gpus == 0, "no GPU on some rank: " + why_no_gpu);             \
+  DTL_CUDA_CHECK(cudaSetDevice(comm().rank() % gpus))
+
+// A device copy of host floats (freed by the caller's DeviceFloats).
+struct DeviceFloats {
+  float* ptr = nullptr;
+  explicit DeviceFloats(std::size_t n) { DTL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<std::size_t>(n, 1) * sizeof(float))); }
+  DeviceFloats(const float* host, std::size_t n) : DeviceFloats(n) {
+    DTL_CUDA_CHECK(cudaMemcpy(ptr, host, n * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  ~DeviceFloats() { cudaFree(ptr); }
+  DeviceFloats(const DeviceFloats&) = delete;
+  DeviceFloats& operator=(const DeviceFloats&) = delete;
+};
+
+class GpuHalf : public ::testing::TestWithParam<lab05::Precision> {};
+INSTANTIATE_TEST_SUITE_P(Types, GpuHalf, ::testing::Values(lab05::Precision::kF16, lab05::Precision::kBF16),
+                         [](const auto& p) { return std::string(lab05::precision_name(p.param)); });
+
+TEST_P(GpuHalf, WorkingCopyRoundsLikeTheGpu) {
+  SKIP_WITHOUT_GPU();
+  auto backend_ = backend();
+  nn::Model model = make_model(ModelKind::kMlp, 4);
+  lab05::MixedOptions o;
+  o.precision = GetParam();
+  o.scaler = {.mode = lab05::ScalingMode::kStatic, .init_scale = 256.0f};
+  lab05::MixedPrecisionTrainer trainer(*backend_, model, o);
+  for (int step = 0; step < 3; ++step) {
+    const Batch b = rank_batch(ModelKind::kMlp, step);
+    trainer.step(b.x, b.y);
+  }
+  const auto master = trainer.master().span<float>();
+  DeviceFloats d_master(master.data(), master.size());
+  std::uint16_t* d_bits = nullptr;
+  DTL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_bits), master.size() * sizeof(std::uint16_t)));
+  const auto n = static_cast<std::int64_t>(master.size());
+  if (GetParam() == lab05::Precision::kF16) nn::cuda::float_to_f16(d_bits, d_master.ptr, n);
+  else nn::cuda::float_to_bf16(d_bits, d_master.ptr, n);
+  std::vector<std::uint16_t> gpu(master.size());
+  DTL_CUDA_CHECK(cudaMemcpy(gpu.data(), d_bits, gpu.size() * sizeof(std::uint16_t), cudaMemcpyDeviceToHost));
+  cudaFree(d_bits);
+  std::vector<std::uint16_t> cpu(master.size());
+  std::memcpy(cpu.data(), trainer.working().raw(), cpu.size() * sizeof(std::uint16_t));
+  EXPECT_TRUE(dtl::testing::buffers_equal(cpu, gpu, "working copy (CPU) vs GPU rounding"));
+}
+
+TEST_P(GpuHalf, ForwardWithWorkingWeightsMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  auto backend_ = backend();
+  nn::Model model = make_model(ModelKind::kMlp, 6);
+  lab05::MixedOptions o;
+  o.precision = GetParam();
+  o.scaler = {.mode = lab05::ScalingMode::kNone};
+  lab05::MixedPrecisionTrainer trainer(*backend_, model, o);
+  const Batch b0 = rank_batch(ModelKind::kMlp, 0);
+  trainer.step(b0.x, b0.y);
+  // The CPU forward of the next batch: the model's compute values are widen(working).
+  const Batch b = rank_batch(ModelKind::kMlp, 1);
+  const nn::Tensor& cpu_logits = model.forward(b.x);
+  // The same on the GPU: per Linear, y = x W^T + b, then ReLU except for the head.
+  const std::vector<nn::Parameter*> params = model.parameters();  // fc0.w, fc0.b, fc1.w, fc1.b, head.w, head.b
+  std::int64_t rows = b.x.dim(0), width = b.x.dim(1);
+  auto x = std::make_unique<DeviceFloats>(b.x.data<float>(), static_cast<std::size_t>(b.x.numel()));
+  for (std::size_t layer = 0; layer < params.size() / 2; ++layer) {
+    const nn::Tensor& w = params[2 * layer]->value;
+    const nn::Tensor& bias = params[2 * layer + 1]->value;
+    const std::int64_t out = w.dim(0);
+    DeviceFloats d_w(w.data<float>(), static_cast<std::size_t>(w.numel()));
+    DeviceFloats d_b(bias.data<float>(), static_cast<std::size_t>(bias.numel()));
+    auto y = std::make_unique<DeviceFloats>(static_cast<std::size_t>(rows * out));
+    nn::cuda::gemm(false, true, rows, out, width, 1.0f, x->ptr, width, d_w.ptr, width, 0.0f, y->ptr, out);
+    nn::cuda::add_bias(y->ptr, d_b.ptr, rows, out);
+    if (layer + 1 < params.size() / 2) nn::cuda::relu_forward(y->ptr, y->ptr, rows * out);
+    x = std::move(y);
+    width = out;
+  }
+  std::vector<float> gpu(static_cast<std::size_t>(rows * width));
+  DTL_CUDA_CHECK(cudaMemcpy(gpu.data(), x->ptr, gpu.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  const auto cpu = cpu_logits.span<float>();
+  ASSERT_EQ(cpu.size(), gpu.size());
+  for (std::size_t i = 0; i < gpu.size(); ++i) {
+    EXPECT_NEAR(gpu[i], cpu[i], 1e-5 + 1e-4 * std::abs(cpu[i])) << "logit " << i;
+  }
+}
+
+}  // namespace
+}  // namespace lab05_test

@@ -1,0 +1,144 @@
+// What lab 05's tests share: the models and their data, the fp32 single-process
+// oracle (harness/nn only: no code under test), the backend, and bit comparisons.
+//
+// The oracle runs inside every rank on the whole global batch; the run under
+// test splits the batch over the ranks (rows [rank b, (rank+1) b)). Since the
+// per-rank losses are means over equal row counts, their average is the global
+// mean, so the loss curves are comparable step by step.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "datasets/datasets.h"
+#include "harness/comm/communicator.h"
+#include "harness/nn/layers.h"
+#include "harness/nn/model.h"
+#include "harness/nn/optim.h"
+#include "harness/testing/mpi_test.h"
+#include "lab05/mixed.h"
+
+namespace lab05_test {
+
+using dtl::testing::comm;
+namespace nn = dtl::nn;
+namespace lab05 = dtl::lab05;
+
+inline constexpr std::int64_t kGlobalBatch = 24;  // divisible by 1, 2, 3, 4 and 6
+inline constexpr std::int64_t kContext = 8;
+inline constexpr std::int64_t kChannels = 16;
+
+enum class ModelKind { kMlp, kGpt };
+inline const char* model_name(ModelKind m) { return m == ModelKind::kMlp ? "mlp" : "gpt"; }
+inline void PrintTo(ModelKind m, std::ostream* os) { *os << model_name(m); }
+inline void PrintTo(lab05::Precision p, std::ostream* os) { *os << lab05::precision_name(p); }
+
+inline const dtl::data::CharCorpus& corpus() {
+  static const dtl::data::CharCorpus c = dtl::data::encode_chars(dtl::data::make_char_corpus(20000, 7));
+  return c;
+}
+inline const dtl::data::Classification& spirals() {
+  static const dtl::data::Classification d = dtl::data::make_spirals(3000, 3, 0.1f, 11);
+  return d;
+}
+
+inline nn::Model make_model(ModelKind kind, std::uint64_t seed) {
+  if (kind == ModelKind::kMlp) return nn::make_mlp(2, 32, 3, 2, seed);
+  return nn::make_gpt(static_cast<std::int64_t>(corpus().vocab.size()), kContext, kChannels, 2, 2, seed);
+}
+
+/// Rows [begin, end) of step `step`'s global batch: inputs and targets.
+struct Batch {
+  nn::Tensor x, y;
+};
+
+inline Batch make_batch(ModelKind kind, int step, std::int64_t begin, std::int64_t end, float input_scale = 1.0f) {
+  const std::int64_t rows = end - begin;
+  Batch b;
+  if (kind == ModelKind::kMlp) {
+    const auto& data = spirals();
+    b.x = nn::Tensor::zeros({rows, 2}, nn::DType::kF32, nn::MemoryCategory::kActivations);
+    b.y = nn::Tensor::zeros({rows}, nn::DType::kI32, nn::MemoryCategory::kActivations);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t row = (step * kGlobalBatch + begin + r) % data.count;
+      b.x.span<float>()[2 * r] = data.x[2 * row] * input_scale;
+      b.x.span<float>()[2 * r + 1] = data.x[2 * row + 1] * input_scale;
+      b.y.span<std::int32_t>()[r] = data.y[row];
+    }
+  } else {
+    b.x = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kActivations);
+    b.y = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kActivations);
+    const auto span = static_cast<std::int64_t>(corpus().tokens.size()) - kContext - 1;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t start = ((step * kGlobalBatch + begin + r) * (kContext + 1)) % span;
+      for (std::int64_t t = 0; t < kContext; ++t) {
+        b.x.span<std::int32_t>()[r * kContext + t] = corpus().tokens[start + t];
+        b.y.span<std::int32_t>()[r * kContext + t] = corpus().tokens[start + t + 1];
+      }
+    }
+  }
+  return b;
+}
+
+// eps 1e-2, not AdamW's default 1e-8: with a tiny eps the update m / (sqrt(v) + eps)
+// does not depend on the gradient's size, so a forgotten unscale (gradients S times
+// too large) would not show in the loss. With eps comparable to the gradients it does.
+inline const nn::AdamWOptions kAdamW{.lr = 3e-3f, .eps = 1e-2f, .weight_decay = 0.0f};
+
+/// The oracle: one process, fp32, the whole batch, `steps` steps of AdamW; the loss of each step.
+inline std::vector<double> fp32_losses(ModelKind kind, std::uint64_t seed, int steps) {
+  nn::Model model = make_model(kind, seed);
+  const std::vector<nn::Parameter*> params = model.parameters();
+  const nn::Tensor values = nn::flatten_values(params);
+  const nn::Tensor grads = nn::flatten_grads(params);
+  nn::AdamW adam(kAdamW, values.numel());
+  nn::SoftmaxCrossEntropy ce;
+  std::vector<double> losses;
+  for (int step = 0; step < steps; ++step) {
+    const Batch b = make_batch(kind, step, 0, kGlobalBatch);
+    model.zero_grad();
+    losses.push_back(ce.forward(model.forward(b.x), b.y));
+    model.backward(ce.backward());
+    adam.step(values.span<float>(), grads.span<float>());
+  }
+  return losses;
+}
+
+/// This rank's rows of step `step`.
+inline Batch rank_batch(ModelKind kind, int step, float input_scale = 1.0f) {
+  const std::int64_t b = kGlobalBatch / comm().size();
+  return make_batch(kind, step, comm().rank() * b, (comm().rank() + 1) * b, input_scale);
+}
+
+/// The backend every test uses: Open MPI with the 16-bit sum of task A.
+inline std::unique_ptr<dtl::Communicator> backend() { return lab05::make_communicator("mpi-half", comm()); }
+
+/// The bits of a tensor's elements (any dtype), for exact comparisons.
+inline std::vector<std::uint8_t> bytes_of(const nn::Tensor& t) {
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(t.bytes()));
+  if (!out.empty()) std::memcpy(out.data(), t.raw(), out.size());
+  return out;
+}
+
+/// Whether `mine` equals rank 0's bytes, on this rank (collective: a broadcast of rank 0's).
+inline ::testing::AssertionResult same_as_rank0(const std::vector<std::uint8_t>& mine, const std::string& what) {
+  std::vector<std::uint8_t> root = mine;
+  MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_BYTE, 0, comm());
+  if (root == mine) return ::testing::AssertionSuccess();
+  std::size_t i = 0;
+  while (i < mine.size() && mine[i] == root[i]) ++i;
+  return ::testing::AssertionFailure() << "rank " << comm().rank() << ": " << what << " differs from rank 0's at byte "
+                                       << i << " of " << mine.size();
+}
+
+}  // namespace lab05_test

@@ -1,0 +1,92 @@
+// Lab 05, task A: averaging 16-bit gradients across ranks.
+//
+// What this file teaches: a 16-bit allreduce moves half the bytes of an fp32
+// one, but its arithmetic needs care in two places.
+//
+//  1. Each reduction step (one hop of a ring, one level of a tree) widens both
+//     operands to fp32, adds, and rounds the sum to 16 bits once. Rounding after
+//     every *step*, not after every addition of a long sum, is what keeps the
+//     error small: a ring of W ranks rounds W-1 times per element.
+//
+//       rank 0: 1024    rank 1: 0.5    rank 2: 0.5          (fp16 spacing at 1024 is 1)
+//       hop 1: round(1024 + 0.5) = round(1024.5) = 1024     (a tie: to even)
+//       hop 2: round(1024 + 0.5) = 1024
+//       the exact sum, 1025, is representable: rounding once would have kept it.
+//     A 16-bit sum loses what falls below the spacing at each hop; an fp32
+//     accumulator across hops (a tree or ring that sends fp32) would not, at
+//     twice the bytes.
+//
+//  2. The divide by W: before the sum (nothing grows, small values may
+//     underflow) or after it (partial sums up to W times larger may overflow
+//     65504). See Note [Where to divide] in lab05/mixed.h.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "harness/error.h"
+#include "harness/nn/half.h"
+#include "lab05/mixed.h"
+
+namespace dtl::lab05 {
+namespace {
+
+void require_half(DType dtype, const char* function) {
+  DTL_REQUIRE_ARG(dtype == DType::kF16 || dtype == DType::kBF16, function, "dtype",
+                  std::string("is ") + dtype_name(dtype) + "; only f16 and bf16 are 16-bit floats");
+}
+
+// Widen one 16-bit element of `dtype` to float, and round a float back.
+float widen(DType dtype, std::uint16_t bits) {
+  return dtype == DType::kF16 ? nn::f16_bits_to_float(bits) : nn::bf16_bits_to_float(bits);
+}
+std::uint16_t narrow(DType dtype, float value) {
+  return dtype == DType::kF16 ? nn::float_to_f16_bits(value) : nn::float_to_bf16_bits(value);
+}
+
+}  // namespace
+
+const char* divide_placement_name(DividePlacement placement) {
+  return placement == DividePlacement::kPre ? "pre-divide" : "post-divide";
+}
+
+void reduce_half_sum(DType dtype, const void* in, void* inout, std::size_t count) {
+  require_half(dtype, "reduce_half_sum");
+  DTL_REQUIRE_ARG(count == 0 || (in != nullptr && inout != nullptr), "reduce_half_sum", "in/inout",
+                  "is null with count " + std::to_string(count));
+  // BEGIN SOLUTION(reduce_half_sum)
+  // | For each element: widen both 16-bit values to float (nn::f16_bits_to_float or
+  // | nn::bf16_bits_to_float, as dtype says), add in float, round the sum once back to
+  // | 16 bits (nn::float_to_f16_bits / float_to_bf16_bits) into inout. The buffers hold
+  // | raw 16-bit patterns (std::uint16_t).
+  const auto* a = static_cast<const std::uint16_t*>(in);
+  auto* acc = static_cast<std::uint16_t*>(inout);
+  for (std::size_t i = 0; i < count; ++i) acc[i] = narrow(dtype, widen(dtype, acc[i]) + widen(dtype, a[i]));
+  // END SOLUTION
+}
+
+void divide_half(DType dtype, void* buf, std::size_t count, float divisor) {
+  require_half(dtype, "divide_half");
+  DTL_REQUIRE_ARG(count == 0 || buf != nullptr, "divide_half", "buf", "is null with count " + std::to_string(count));
+  DTL_REQUIRE_ARG(divisor > 0.0f, "divide_half", "divisor", "is " + std::to_string(divisor) + ", must be > 0");
+  // BEGIN SOLUTION(divide_half)
+  // | buf[i] = round16(float(buf[i]) / divisor): widen, divide in float, round once.
+  auto* h = static_cast<std::uint16_t*>(buf);
+  for (std::size_t i = 0; i < count; ++i) h[i] = narrow(dtype, widen(dtype, h[i]) / divisor);
+  // END SOLUTION
+}
+
+void allreduce_mean_half(Communicator& comm, void* buf, std::size_t count, DType dtype, DividePlacement placement) {
+  require_half(dtype, "allreduce_mean_half");
+  const auto world = static_cast<float>(comm.world_size());
+  // BEGIN SOLUTION(allreduce_mean_half)
+  // | W = 1: nothing to do (return). kPre: divide_half(buf, W), then
+  // | comm.allreduce(buf, count, dtype, ReduceOp::kSum).wait(). kPost: the allreduce
+  // | first, then divide_half(buf, W).
+  if (comm.world_size() == 1) return;
+  if (placement == DividePlacement::kPre) divide_half(dtype, buf, count, world);
+  comm.allreduce(buf, count, dtype, ReduceOp::kSum).wait();
+  if (placement == DividePlacement::kPost) divide_half(dtype, buf, count, world);
+  // END SOLUTION
+}
+
+}  // namespace dtl::lab05

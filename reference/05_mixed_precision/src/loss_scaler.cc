@@ -1,0 +1,151 @@
+// Lab 05, task B: rounding gradients to 16 bits, and dynamic loss scaling.
+//
+// What this file teaches: why fp16 training needs a loss scale, and the small
+// state machine (PyTorch's GradScaler) that chooses it. See Note [fp16 and
+// bf16] and Note [Loss scaling] in lab05/mixed.h.
+//
+// A trajectory with init_scale 2^10, growth_interval 3 (c = clean steps so far):
+//
+//     step   0     1     2     3     4      5     6     7     8
+//     scale  2^10  2^10  2^10  2^11  2^11   2^10  2^10  2^10  2^11
+//     grads  ok    ok    ok    ok    inf    ok    ok    ok    ok
+//     c      1     2     3->0  1     0      1     2     3->0  1
+//     step   taken taken taken taken SKIP   taken taken taken taken
+//
+// after step 2 (3 clean steps) the scale doubles; step 4 overflows, is skipped
+// and halves it; three clean steps later it doubles again.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/error.h"
+#include "harness/nn/half.h"
+#include "lab05/mixed.h"
+
+namespace dtl::lab05 {
+
+const char* scaling_mode_name(ScalingMode mode) {
+  switch (mode) {
+    case ScalingMode::kNone: return "none";
+    case ScalingMode::kStatic: return "static";
+    case ScalingMode::kDynamic: return "dynamic";
+  }
+  return "?";
+}
+
+RoundStats round_to_half(const nn::Tensor& dst, const nn::Tensor& src) {
+  DTL_REQUIRE_ARG(src.defined() && src.dtype() == nn::DType::kF32, "round_to_half", "src", "must be an f32 tensor");
+  DTL_REQUIRE_ARG(dst.defined() && (dst.dtype() == nn::DType::kF16 || dst.dtype() == nn::DType::kBF16 ||
+                                    dst.dtype() == nn::DType::kF32),
+                  "round_to_half", "dst", "must be an f16, bf16 or f32 tensor");
+  DTL_REQUIRE_ARG(dst.numel() == src.numel(), "round_to_half", "dst",
+                  "has " + std::to_string(dst.numel()) + " elements, src has " + std::to_string(src.numel()));
+  RoundStats stats;
+  stats.count = src.numel();
+  // BEGIN SOLUTION(round_to_half)
+  // | For each element v of src: if v is finite and non-zero, count it (nonzero). Round
+  // | it to dst's dtype (f16: nn::f16(v), bf16: nn::bf16(v), f32: v itself) and store it;
+  // | a counted v whose rounded value is zero is an underflow, a finite v whose rounded
+  // | value is inf an overflow.
+  const std::span<const float> in = src.span<float>();
+  auto count = [&stats](float v, float rounded) {
+    if (!std::isfinite(v)) return;
+    if (v != 0.0f) {
+      ++stats.nonzero;
+      if (rounded == 0.0f) ++stats.underflow;
+    }
+    if (std::isinf(rounded)) ++stats.overflow;
+  };
+  if (dst.dtype() == nn::DType::kF16) {
+    nn::f16* out = dst.data<nn::f16>();
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      out[i] = nn::f16(in[i]);
+      count(in[i], static_cast<float>(out[i]));
+    }
+  } else if (dst.dtype() == nn::DType::kBF16) {
+    nn::bf16* out = dst.data<nn::bf16>();
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      out[i] = nn::bf16(in[i]);
+      count(in[i], static_cast<float>(out[i]));
+    }
+  } else {
+    float* out = dst.data<float>();
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      const float v = in[i];
+      out[i] = v;
+      count(v, v);
+    }
+  }
+  // END SOLUTION
+  return stats;
+}
+
+LossScaler::LossScaler(LossScalerOptions options) : options_(options) {
+  DTL_REQUIRE_ARG(std::isfinite(options.init_scale) && options.init_scale > 0.0f, "LossScaler", "init_scale",
+                  "is " + std::to_string(options.init_scale) + ", must be finite and > 0");
+  DTL_REQUIRE_ARG(options.growth_factor > 1.0f && std::isfinite(options.growth_factor), "LossScaler",
+                  "growth_factor", "is " + std::to_string(options.growth_factor) + ", must be > 1");
+  DTL_REQUIRE_ARG(options.backoff_factor > 0.0f && options.backoff_factor < 1.0f, "LossScaler", "backoff_factor",
+                  "is " + std::to_string(options.backoff_factor) + ", must be in (0, 1)");
+  DTL_REQUIRE_ARG(options.growth_interval >= 1, "LossScaler", "growth_interval",
+                  "is " + std::to_string(options.growth_interval) + ", must be >= 1");
+  scale_ = options.mode == ScalingMode::kNone ? 1.0f : options.init_scale;
+}
+
+bool LossScaler::unscale_and_check(Communicator& comm, const nn::Tensor& grads, const nn::Tensor& out) {
+  DTL_REQUIRE_ARG(grads.defined() && (grads.dtype() == nn::DType::kF16 || grads.dtype() == nn::DType::kBF16 ||
+                                      grads.dtype() == nn::DType::kF32),
+                  "LossScaler::unscale_and_check", "grads", "must be an f16, bf16 or f32 tensor");
+  DTL_REQUIRE_ARG(out.defined() && out.dtype() == nn::DType::kF32 && out.numel() == grads.numel(),
+                  "LossScaler::unscale_and_check", "out",
+                  "must be an f32 tensor of " + std::to_string(grads.numel()) + " elements");
+  // BEGIN SOLUTION(LossScaler::unscale_and_check)
+  // | inv = 1 / scale() (in float). For each i: out[i] = float(grads[i]) * inv (widen f16
+  // | or bf16 first); note whether any out[i] is not finite. Then agree: allreduce one
+  // | int32 (1 if this rank found an inf/NaN, else 0) with ReduceOp::kSum over comm
+  // | (comm.allreduce_blocking) and return whether the sum is > 0 — on every rank.
+  const float inv = 1.0f / scale_;
+  float* o = out.data<float>();
+  const auto n = static_cast<std::size_t>(grads.numel());
+  bool found = false;
+  auto put = [&](std::size_t i, float g) {
+    o[i] = g * inv;
+    found = found || !std::isfinite(o[i]);
+  };
+  if (grads.dtype() == nn::DType::kF16) {
+    const nn::f16* g = grads.data<nn::f16>();
+    for (std::size_t i = 0; i < n; ++i) put(i, static_cast<float>(g[i]));
+  } else if (grads.dtype() == nn::DType::kBF16) {
+    const nn::bf16* g = grads.data<nn::bf16>();
+    for (std::size_t i = 0; i < n; ++i) put(i, static_cast<float>(g[i]));
+  } else {
+    const float* g = grads.data<float>();
+    for (std::size_t i = 0; i < n; ++i) put(i, g[i]);
+  }
+  std::int32_t flag = found ? 1 : 0;
+  comm.allreduce_blocking(std::span<std::int32_t>(&flag, 1), ReduceOp::kSum);
+  return flag > 0;
+  // END SOLUTION
+}
+
+void LossScaler::update(bool found_inf) {
+  // BEGIN SOLUTION(LossScaler::update)
+  // | found_inf: count a skipped step, clean_steps_ = 0, and (kDynamic only)
+  // | scale_ *= backoff_factor. Otherwise: ++clean_steps_; when it reaches
+  // | growth_interval, clean_steps_ = 0 and (kDynamic only) scale_ *= growth_factor.
+  const bool dynamic = options_.mode == ScalingMode::kDynamic;
+  if (found_inf) {
+    ++skipped_;
+    clean_steps_ = 0;
+    if (dynamic) scale_ *= options_.backoff_factor;
+    return;
+  }
+  if (++clean_steps_ == options_.growth_interval) {
+    clean_steps_ = 0;
+    if (dynamic) scale_ *= options_.growth_factor;
+  }
+  // END SOLUTION
+}
+
+}  // namespace dtl::lab05
