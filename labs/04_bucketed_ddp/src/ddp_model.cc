@@ -8,8 +8,10 @@
 // ranks agree on the *shape* of the model, because a broadcast of mismatched
 // sizes would not fail cleanly: it would hang or corrupt memory.
 //
-// The check is designed so that it cannot hang either: each collective has a
-// size every rank knows before it starts.
+// Note [A check that cannot hang]
+// -------------------------------
+// The check must not hang either, so each of its collectives has a size every
+// rank knows before it starts:
 //   1. allgather 2 numbers per rank: the parameter count and a hash of the
 //      whole model (names and sizes). If all equal, done.
 //   2. otherwise, allgather per-parameter (numel, name hash) for the first m

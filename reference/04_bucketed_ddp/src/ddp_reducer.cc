@@ -2,7 +2,7 @@
 //
 // What this file teaches: how DistributedDataParallel hides communication.
 // One step, overlapped mode, 3 buckets (bucket 0 holds the last layers'
-// gradients; See Note [Bucket order] in ddp_buckets.cc):
+// gradients; see Note [Bucket order] in ddp_buckets.cc):
 //
 //   compute  | forward | bwd L3 | bwd L2 | bwd L1 | bwd L0 |  wait  | optimizer |
 //   comm     |                  |  b0   |     b1     | b2 ....|
@@ -13,14 +13,36 @@
 // modes issue everything in finish(), after backward, so all of it is exposed.
 //
 // State per step: pending_[b] counts the parameters of bucket b that are not
-// ready yet; ready_[i] marks parameter i ready (twice is an error). Buckets are
-// issued strictly in bucket order (next_launch_), so every rank issues the same
-// allreduces in the same order — the Communicator contract — whatever order the
-// hooks fire in.
+// ready yet; ready_[i] marks parameter i ready (twice is an error); next_launch_
+// is the first bucket not issued yet.
 //
-// Averaging: each rank's loss is the mean over its B/W samples, so the average
-// of the W gradients is the gradient of the mean over all B samples, the
-// single-process gradient. ReduceOp::kAvg sums and divides once, in the backend.
+// Note [Issue in bucket order]
+// ----------------------------
+// The Communicator contract: every rank issues the same operations in the same
+// order (a backend matches the k-th operation of one rank with the k-th of the
+// others). The hooks need not fire in the same order everywhere: in PyTorch,
+// unused parameters and dynamic graphs make the order differ between ranks. A
+// reducer that issued each bucket the moment it filled could then issue
+// bucket 2 before bucket 1 on one rank and after it on another, and the ranks
+// would deadlock or reduce one bucket's gradients into another's. So buckets
+// are issued strictly in bucket order: launch_ready_buckets() issues bucket
+// next_launch_ only, and moves on while the next one is complete too. A bucket
+// that fills early waits for the ones before it. In this lab's models that never
+// happens (grad_ready fires in reverse parameter order, so buckets fill in bucket
+// order, see Note [Bucket order] in ddp_buckets.cc); the rule is what keeps a
+// reducer correct when it does.
+//
+// Note [Averaging]
+// ----------------
+// Each rank's loss is the mean over its B/W samples, so the average of the W
+// ranks' gradients is the gradient of the mean over all B samples: the
+// single-process gradient. With equal parameters at the start
+// (broadcast_parameters()) every rank then takes the same optimizer step as one
+// process with batch B, step after step, up to rounding (a sum of B/W rows and
+// then of W means is not the one sum of B rows in float). ReduceOp::kAvg sums
+// and divides once, at the end, in the backend (lab 03's rule). Dividing each
+// rank's gradient by W before a sum gives the same result up to rounding; it
+// costs a pass over the gradients, but keeps fp16 sums from overflowing (lab 05).
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
@@ -162,7 +184,7 @@ void Reducer::on_grad_ready(nn::Parameter& param) {
 void Reducer::launch_ready_buckets() {
   // BEGIN SOLUTION(Reducer::launch_ready_buckets)
   // | Issue bucket next_launch_ while it is complete (pending_ == 0), and move on:
-  // | never issue bucket b+1 before bucket b, so every rank issues the same order.
+  // | never issue bucket b+1 before bucket b (see Note [Issue in bucket order]).
   while (next_launch_ < buckets_.size() && pending_[next_launch_] == 0) launch(next_launch_++);
   // END SOLUTION
 }

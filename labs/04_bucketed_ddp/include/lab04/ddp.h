@@ -18,8 +18,10 @@
 ///
 /// For comparison the same Reducer runs naive (one allreduce per parameter after
 /// backward) and bucketed without overlap (the buckets' allreduces after backward).
-/// See Note [Bucket order] and Note [Why a cap] in the handout and in
-/// reference/04_bucketed_ddp/src/ddp_buckets.cc.
+/// The reasons live beside the code, as notes in src/ (the skeleton's and the
+/// reference's): in ddp_buckets.cc Note [Bucket order], Note [Why a cap] and
+/// Note [The small first bucket]; in ddp_reducer.cc Note [Issue in bucket order]
+/// and Note [Averaging]; in ddp_model.cc Note [A check that cannot hang].
 ///
 /// Files under src/:
 ///   - ddp_buckets.cc      assign_buckets()
@@ -67,7 +69,8 @@ inline constexpr std::size_t kDefaultFirstBucketCapBytes = std::size_t{1} << 20;
 /// Each rank makes a fingerprint of its model (count, and per parameter its numel
 /// and a hash of its name) and the ranks exchange fingerprints with collectives
 /// of a size every rank knows in advance, so that a disagreement can never make
-/// a collective hang. Every rank then throws the same error.
+/// a collective hang (see Note [A check that cannot hang] in src/ddp_model.cc).
+/// Every rank then throws the same error.
 ///
 /// Collective: every rank of `comm` must call it.
 /// @param[in] comm the ranks that must agree.
@@ -100,7 +103,9 @@ void broadcast_parameters(Communicator& comm, nn::Model& model, int root = 0);
 /// `first_cap_bytes`, every later one's `cap_bytes`. So: a bucket is never above
 /// its cap unless it holds a single parameter (a parameter larger than the cap
 /// gets a bucket of its own), and a bucket whose size reaches its cap exactly is
-/// closed at once. Zero-byte parameters join the current bucket.
+/// closed at once. Zero-byte parameters join the current bucket. Why reverse
+/// order, why a cap and why a smaller first bucket: Note [Bucket order],
+/// Note [Why a cap] and Note [The small first bucket] in src/ddp_buckets.cc.
 ///
 /// Example: byte sizes {40, 4, 400, 4, 40} (forward order), cap 100, first cap 50:
 /// bucket 0 = {4, 3} (44 bytes; 400 would exceed 50), bucket 1 = {2} (400 > cap:
@@ -174,7 +179,8 @@ struct StepStats {
 ///
 /// Every rank's gradients are then the average over the ranks. The allreduces
 /// are issued in bucket order on every rank (the Communicator contract), even if
-/// a later bucket becomes ready first.
+/// a later bucket becomes ready first (see Note [Issue in bucket order] in
+/// src/ddp_reducer.cc).
 ///
 /// Errors: a parameter that was marked ready twice in one step throws from the
 /// hook (a backward without finish()); a parameter that never got its gradient
