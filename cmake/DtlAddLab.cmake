@@ -27,7 +27,8 @@
 # links <name>_F, so the student build of lab 04 runs the student's own lab-03
 # ring and the reference build lab 03's reference. A lab named there (dtl_labNN)
 # is configured too when DTL_LABS selects only this one (top-level CMakeLists.txt),
-# and the grader copies it into its tree (grader/grade.py, dependency_labs()).
+# and the grader copies it into its tree (grader/dtlgrade/lab.py,
+# dependency_labs()).
 include_guard(GLOBAL)
 
 set(DTL_HIDDEN_DIR "${PROJECT_SOURCE_DIR}/grader/hidden" CACHE PATH

@@ -12,6 +12,9 @@
   GraderAssertions   checks on a run's JSON (Gradescope's keys and types, items
                      at full marks or at 0), mixed into the test classes.
 
+Importing this module also puts grader/ on sys.path, for the tests that call
+the grader's package (dtlgrade) directly.
+
 Nothing here writes inside the repository: submissions and JSON files go to
 temporary folders that the callers own.
 """
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "grader"))  # the tests that unit-test the grader import dtlgrade
 GRADE_PY = ROOT / "grader" / "grade.py"
 LAB = "01"
 LAB_NAME = "01_point_to_point"

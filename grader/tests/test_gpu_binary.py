@@ -1,20 +1,15 @@
 """GPU test binaries in rubrics: `binary = "gpu"` names labNN_student_gpu (the
 tests/*_gpu_test.cc of dtl_add_lab), implies `gpu = true`, is built only where a
-GPU can run it, and an unknown binary is a rubric error. Unit tests of grade.py's
+GPU can run it, and an unknown binary is a rubric error. Unit tests of dtlgrade's
 parse_items() and binaries_for(): no build, no MPI."""
-import importlib.util
 import sys
 import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import helpers  # noqa: E402
-
-GRADE_PY = helpers.ROOT / "grader" / "grade.py"
-_spec = importlib.util.spec_from_file_location("dtl_grade_for_gpu_tests", GRADE_PY)
-grade = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = grade  # dataclasses look their module up by name
-_spec.loader.exec_module(grade)
+import helpers  # noqa: E402,F401  (puts grader/ on the path for dtlgrade)
+from dtlgrade.lab import GraderError, Lab, binaries_for, parse_items  # noqa: E402
+from dtlgrade import report, score  # noqa: E402
 
 RUBRIC = {"item": [
     {"name": "CPU item", "points": 5, "tests": ["A.B"], "ranks": [1, 2]},
@@ -23,39 +18,39 @@ RUBRIC = {"item": [
 
 
 def lab_with(items):
-    return grade.Lab(number="03", name="03_ring_allreduce", title="t", items=items, needs_cuda=True)
+    return Lab(number="03", name="03_ring_allreduce", title="t", items=items, needs_cuda=True)
 
 
 class TestGpuBinary(unittest.TestCase):
     def test_gpu_binary_implies_gpu_item(self):
-        items = grade.parse_items(RUBRIC, 10.0, "test", "rubric")
+        items = parse_items(RUBRIC, 10.0, "test", "rubric")
         self.assertEqual([i.binary for i in items], ["test", "gpu"])
         self.assertEqual([i.gpu for i in items], [False, True])
 
     def test_unknown_binary_is_a_rubric_error(self):
         bad = {"item": [{"name": "x", "points": 1, "tests": ["A.B"], "ranks": [1], "binary": "gpus"}]}
-        with self.assertRaises(grade.GraderError) as ctx:
-            grade.parse_items(bad, 10.0, "test", "rubric.toml")
+        with self.assertRaises(GraderError) as ctx:
+            parse_items(bad, 10.0, "test", "rubric.toml")
         self.assertIn("gpus", str(ctx.exception))
         self.assertIn("rubric.toml", str(ctx.exception))
 
     def test_gpu_binary_built_only_with_a_gpu(self):
-        lab = lab_with(grade.parse_items(RUBRIC, 10.0, "test", "rubric"))
-        self.assertEqual(grade.binaries_for(lab, has_hidden=False, gpu=True),
+        lab = lab_with(parse_items(RUBRIC, 10.0, "test", "rubric"))
+        self.assertEqual(binaries_for(lab, has_hidden=False, gpu=True),
                          {"test": "lab03_student_test", "gpu": "lab03_student_gpu"})
-        self.assertEqual(grade.binaries_for(lab, has_hidden=True, gpu=False),
+        self.assertEqual(binaries_for(lab, has_hidden=True, gpu=False),
                          {"test": "lab03_student_test", "hidden": "lab03_student_hidden"})
 
     def test_no_gpu_binary_without_gpu_items(self):
-        lab = lab_with(grade.parse_items({"item": RUBRIC["item"][:1]}, 10.0, "test", "rubric"))
-        self.assertEqual(grade.binaries_for(lab, has_hidden=False, gpu=True), {"test": "lab03_student_test"})
+        lab = lab_with(parse_items({"item": RUBRIC["item"][:1]}, 10.0, "test", "rubric"))
+        self.assertEqual(binaries_for(lab, has_hidden=False, gpu=True), {"test": "lab03_student_test"})
 
     def test_not_gradable_row_leaves_the_total(self):
-        item = grade.parse_items(RUBRIC, 10.0, "test", "rubric")[1]
-        row = grade.not_gradable_row(item)
+        item = parse_items(RUBRIC, 10.0, "test", "rubric")[1]
+        row = score.not_gradable_row(item)
         self.assertEqual((row["score"], row["max_score"]), (0.0, 0.0))
         self.assertEqual(row["status"], "not gradable without a GPU")
-        self.assertNotIn("status", grade.test_entry(row))
+        self.assertNotIn("status", report.test_entry(row))
 
 
 if __name__ == "__main__":

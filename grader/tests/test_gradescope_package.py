@@ -35,6 +35,7 @@ class TestGradescopePackage(unittest.TestCase):
     def test_zip_layout(self):
         names = set(zipfile.ZipFile(self.zip_path).namelist())
         for required in ("setup.sh", "run_autograder", "source/dtl", "source/grader/grade.py",
+                         "source/grader/dtlgrade/cli.py",
                          "source/grader/gradescope/LAB", "source/reference/01_point_to_point/src/ring.cc"):
             self.assertIn(required, names)
 

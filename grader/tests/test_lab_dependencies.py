@@ -11,7 +11,9 @@ import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import grade  # noqa: E402
+from dtlgrade.lab import ROOT, dependency_labs, load_lab, src_names_of  # noqa: E402
+from dtlgrade.submission import (copy_pristine_tree, dependency_sources,  # noqa: E402
+                                 install_dependencies, install_submission)
 
 LAB = "04_bucketed_ddp"
 DEP = "03_ring_allreduce"
@@ -29,14 +31,14 @@ class TestLabDependencies(unittest.TestCase):
         self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
 
     def test_found_from_cmakelists(self):
-        self.assertEqual(grade.dependency_labs(LAB), [DEP])
-        self.assertEqual(grade.dependency_labs(DEP), [])
-        self.assertEqual(grade.dependency_labs("01_point_to_point"), [])
-        self.assertEqual(grade.load_lab("04", []).depends, [DEP])
+        self.assertEqual(dependency_labs(LAB), [DEP])
+        self.assertEqual(dependency_labs(DEP), [])
+        self.assertEqual(dependency_labs("01_point_to_point"), [])
+        self.assertEqual(load_lab("04", []).depends, [DEP])
 
     def test_pristine_tree_holds_the_dependency(self):
-        lab = grade.load_lab("04", [])
-        grade.copy_pristine_tree(lab, self.tmp, [])
+        lab = load_lab("04", [])
+        copy_pristine_tree(lab, self.tmp, [])
         for top in ("labs", "reference"):
             self.assertTrue((self.tmp / top / DEP / "src").is_dir(), top)
             self.assertTrue((self.tmp / top / LAB).is_dir(), top)
@@ -44,16 +46,16 @@ class TestLabDependencies(unittest.TestCase):
         self.assertFalse((self.tmp / "labs" / "01_point_to_point").exists())
 
     def test_dependency_files_come_from_the_same_place(self):
-        lab = grade.load_lab("04", [])
-        self.assertEqual(grade.dependency_sources(DEP, self.tmp, args(reference=True))[0],
-                         grade.ROOT / "reference" / DEP / "src")
-        self.assertIsNone(grade.dependency_sources(DEP, self.tmp, args(skeleton=True))[0])
-        self.assertEqual(grade.dependency_sources(DEP, self.tmp, args())[0], grade.ROOT / "labs" / DEP / "src")
+        lab = load_lab("04", [])
+        self.assertEqual(dependency_sources(DEP, self.tmp, args(reference=True))[0],
+                         ROOT / "reference" / DEP / "src")
+        self.assertIsNone(dependency_sources(DEP, self.tmp, args(skeleton=True))[0])
+        self.assertEqual(dependency_sources(DEP, self.tmp, args())[0], ROOT / "labs" / DEP / "src")
         # A checkout: labs/03_ring_allreduce/src of the submission.
         checkout = self.tmp / "checkout"
         (checkout / "labs" / DEP / "src").mkdir(parents=True)
         (checkout / "labs" / DEP / "src" / "ring_allreduce.cc").write_text("// mine\n")
-        self.assertEqual(grade.dependency_sources(DEP, checkout / "labs" / LAB / "src",
+        self.assertEqual(dependency_sources(DEP, checkout / "labs" / LAB / "src",
                                                   args(submission=str(checkout)))[0],
                          checkout / "labs" / DEP / "src")
         # A flat upload with lab 03's files beside lab 04's.
@@ -61,23 +63,23 @@ class TestLabDependencies(unittest.TestCase):
         flat.mkdir()
         (flat / "ddp_reducer.cc").write_text("// lab 04\n")
         (flat / "ring_allreduce.cc").write_text("// lab 03\n")
-        self.assertEqual(grade.dependency_sources(DEP, flat, args(submission=str(flat)))[0], flat)
+        self.assertEqual(dependency_sources(DEP, flat, args(submission=str(flat)))[0], flat)
         # Neither: the skeleton stays, and a note says the ring items will fail.
         bare = self.tmp / "bare"
         bare.mkdir()
         (bare / "ddp_reducer.cc").write_text("// lab 04\n")
-        self.assertIsNone(grade.dependency_sources(DEP, bare, args(submission=str(bare)))[0])
+        self.assertIsNone(dependency_sources(DEP, bare, args(submission=str(bare)))[0])
         tree = self.tmp / "tree"
         tree.mkdir()
-        grade.copy_pristine_tree(lab, tree, [])
-        notes = grade.install_dependencies(lab, bare, tree, args(submission=str(bare)))
+        copy_pristine_tree(lab, tree, [])
+        notes = install_dependencies(lab, bare, tree, args(submission=str(bare)))
         self.assertTrue(any("NotImplemented" in n for n in notes), notes)
-        notes = grade.install_dependencies(lab, flat, tree, args(submission=str(flat)))
+        notes = install_dependencies(lab, flat, tree, args(submission=str(flat)))
         self.assertEqual((tree / "labs" / DEP / "src" / "ring_allreduce.cc").read_text(), "// lab 03\n")
         self.assertTrue(any("ring_schedule.cc" in n for n in notes), notes)  # missing there: skeleton's
         # lab 03's names in a flat upload are not reported as ignored.
-        ignored = grade.install_submission(lab, flat, tree / "labs" / LAB / "src",
-                                           also_used={n for n in grade.src_names_of(DEP)})
+        ignored = install_submission(lab, flat, tree / "labs" / LAB / "src",
+                                           also_used={n for n in src_names_of(DEP)})
         self.assertFalse(any("ring_allreduce.cc" in n for n in ignored), ignored)
 
 

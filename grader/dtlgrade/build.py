@@ -1,0 +1,88 @@
+"""Building a submission in the pristine tree, and checking what the build read.
+
+build() configures only the lab being graded and builds only the targets asked
+for (the student test binaries, and the benchmarks for speed items), with ccache
+keyed on the tree. compiler_errors() picks the error lines out of a failed
+build's log. foreign_includes() reads the compiler's dependency lists and names
+every file the student library read that a submission may not use.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from .lab import ROOT, Lab
+from .process import RunResult, run_capped
+
+BUILD_TIMEOUT = 900                 # seconds for configure, and again for build
+
+
+def build(lab: Lab, tree: Path, build_dir: Path, binaries: list[str]) -> RunResult:
+    """Configures `tree` into `build_dir` and builds the targets `binaries`; the
+    result of the configure if it failed, else the build's (seconds: both)."""
+    env = dict(os.environ, CCACHE_BASEDIR=str(tree), CCACHE_NOHASHDIR="true")
+    cuda = "ON" if lab.needs_cuda else "OFF"
+    configure = ["cmake", "-S", str(tree), "-B", str(build_dir), "-G", "Ninja", f"-DDTL_LABS={lab.number}",
+                 f"-DDTL_ENABLE_CUDA={cuda}", "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
+                 f"-DDTL_HIDDEN_DIR={tree / 'grader' / 'hidden'}"]
+    result = run_capped(configure, env, tree, BUILD_TIMEOUT)
+    if result.returncode != 0:
+        return result
+    jobs = str(max(1, os.cpu_count() or 1))
+    made = run_capped(["cmake", "--build", str(build_dir), "-j", jobs, "--target", *binaries], env, tree,
+                      BUILD_TIMEOUT)
+    made.seconds += result.seconds
+    return made
+
+
+def compiler_errors(output: str, limit: int = 6000) -> str:
+    """The compiler's error lines with a little context, not the whole build log."""
+    lines = output.splitlines()
+    # "error" as a word, but not as a file name: ninja's progress lines name harness/error.cc.
+    keep = [i for i, line in enumerate(lines) if re.search(r"\berror\b(?!\.\w)|Error|undefined reference", line)]
+    picked: list[str] = []
+    seen = set()
+    for i in keep:
+        for j in range(max(0, i - 1), min(len(lines), i + 4)):
+            if j not in seen:
+                seen.add(j)
+                picked.append(lines[j])
+    text = "\n".join(picked) or output[-limit:]
+    return text[:limit]
+
+
+SYSTEM_PREFIXES = ("/usr/", "/opt/")  # compiler, MPI, GTest, CUDA; /opt/deps on the GPU host
+
+
+def foreign_includes(lab: Lab, tree: Path, build_dir: Path) -> list[str]:
+    """Files the submission's sources pulled in that a submission may not use.
+
+    Only the copy step decides which *files* are the student's, but an #include
+    can reach any file the compiler can open: the reference's solution in the
+    pristine tree or in this repository, hidden tests, another student's folder.
+    The compiler's own dependency lists (ninja -t deps) say what every object of
+    the student library really read; anything outside the lab's src/ and
+    include/, the harness, datasets/ and the system folders is refused."""
+    # ninja's own output (not the submission's), read whole: run_capped would cut it.
+    deps = subprocess.run(["ninja", "-C", str(build_dir), "-t", "deps"], capture_output=True, text=True,
+                          errors="replace", timeout=120).stdout
+    allowed = [tree / "harness", tree / "datasets", tree / "labs" / lab.name / "include",
+               tree / "labs" / lab.name / "src", tree / "labs" / lab.name / "given"] + [tree / "labs" / d / "include" for d in lab.depends]
+    student_obj = f"CMakeFiles/dtl_lab{lab.number}_student.dir/"
+    foreign, checking = [], False
+    for line in deps.splitlines():
+        if not line.startswith((" ", "\t")):
+            checking = student_obj in line
+            continue
+        path = line.strip()
+        if not checking or not path:
+            continue
+        real = Path(os.path.realpath(path if os.path.isabs(path) else build_dir / path))
+        inside = any(real.is_relative_to(a.resolve()) for a in allowed)
+        system = str(real).startswith(SYSTEM_PREFIXES) and not real.is_relative_to(ROOT)
+        if not inside and not system and str(real) not in foreign:
+            foreign.append(str(real))
+    return foreign
+

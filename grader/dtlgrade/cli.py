@@ -1,0 +1,62 @@
+"""The command line of the grader: ./dtl grade NN [options] (grader/grade.py).
+
+main() parses the options, finds the lab and its hidden test folders, and hands
+over to grading.grade_one() (or grade_batch() for --batch). Exit status: 0 when a
+score was produced, 0 points included; 2 for a problem with the grader's set-up
+(GraderError: an unknown lab, a bad rubric, a path that is not a folder).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .grading import grade_batch, grade_one
+from .lab import ROOT, GraderError, find_lab, load_lab
+from .report import write_results
+from .submission import submission_sources
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="./dtl grade", description="Grade a lab: build the submission in a pristine tree, run the tests "
+                                        "under MPI with timeouts, score the rubric, write Gradescope JSON.")
+    parser.add_argument("lab", help="lab number, e.g. 01")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--submission", metavar="DIR",
+                       help="a folder with the lab's src files, or a checkout of the repository "
+                            "(default: your own labs/NN_topic/src)")
+    which.add_argument("--reference", action="store_true", help="grade the reference solution")
+    which.add_argument("--skeleton", action="store_true", help="grade the untouched student skeleton")
+    which.add_argument("--batch", metavar="DIR",
+                       help="grade every folder in DIR as one submission (instructors); writes "
+                            "OUT/NAME.json and OUT/summary.csv, OUT given by --out")
+    parser.add_argument("--json", metavar="FILE", help="write Gradescope results.json here")
+    parser.add_argument("--out", metavar="DIR", default="grades", help="with --batch: where results go "
+                                                                      "(default: ./grades)")
+    parser.add_argument("--hidden", metavar="DIR", action="append", default=[],
+                        help="more hidden tests: a folder of *_test.cc files and a rubric.toml (repeatable)")
+    parser.add_argument("--no-hidden", action="store_true", help="skip the example hidden tests in grader/hidden")
+    parser.add_argument("--keep", action="store_true", help="keep the pristine build folder and print its path")
+    parser.add_argument("--verbose", action="store_true", help="print every test run's output")
+    args = parser.parse_args(argv)
+
+    try:
+        lab_name = find_lab(args.lab)
+        hidden_dirs = [] if args.no_hidden else [ROOT / "grader" / "hidden" / lab_name]
+        hidden_dirs = [d for d in hidden_dirs if d.is_dir()] + [Path(h).resolve() for h in args.hidden]
+        for d in hidden_dirs:
+            if not d.is_dir():
+                raise GraderError(f"--hidden {d}: not a folder")
+        lab = load_lab(args.lab, hidden_dirs)
+        if args.batch:
+            return grade_batch(lab, Path(args.batch), Path(args.out), hidden_dirs, args)
+        source, description = submission_sources(lab, args)
+    except GraderError as e:
+        print(f"grade: {e}", file=sys.stderr)
+        return 2
+    results = grade_one(lab, source, description, hidden_dirs, args)
+    if args.json:
+        write_results(Path(args.json), results)
+        print(f"wrote {args.json}")
+    return 0

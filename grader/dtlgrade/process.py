@@ -1,0 +1,115 @@
+"""Starting a command that compiles or runs a submission's code.
+
+run_capped() runs one command in its own session with a wall-clock limit and a
+cap on its output (a flood ends the run), keeps the head and the tail of what it
+printed, and kills the whole session when the command ends or is stopped
+(kill_session()). run_mpi() is `mpirun ARGS` through run_capped() with the
+environment every MPI run of the grader gets. See Note [One door].
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+OUTPUT_KEEP_HEAD = 48 << 10         # bytes of a run's output kept from its start...
+OUTPUT_KEEP_TAIL = 16 << 10         # ...and from its end
+OUTPUT_FLOOD_BYTES = 16 << 20       # more output than this ends the run as a flood
+MPI_ENV = {
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "OMPI_MCA_rmaps_base_oversubscribe": "1",
+    "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+}
+
+# Note [One door]
+# ~~~~~~~~~~~~~~~
+# Every process that compiles or runs code from a submission starts in
+# run_capped(): the configure and the build (build.build()), and every mpirun
+# (run_mpi(): the test listing and runs in runner.py, the benchmark runs in
+# perf.py). Nothing else in the grader starts one; the other commands it runs
+# are its own (`ninja -t deps` reading the build's dependency log,
+# `nvidia-smi -L`). So whatever confines a submission -- a sandbox around the
+# command, resource limits, a kill that reaches every process it started -- is
+# added here, once, and covers the build and the runs alike. The grader reads a
+# run's results from files the run writes in its working folder (`cwd`: gtest's
+# JSON, the progress file, the tracer's state files, a benchmark's JSON); a
+# build writes its build folder and the compiler cache.
+
+
+@dataclass
+class RunResult:
+    returncode: int | None
+    output: str
+    seconds: float
+    timed_out: bool = False
+    flooded: bool = False
+
+
+def kill_session(sid: int) -> None:
+    """Kills every process in session `sid` (mpirun and all the ranks it started)."""
+    try:
+        os.killpg(sid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) == sid:  # fields after the name: state ppid pgrp session
+                os.kill(int(stat.parent.name), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            continue
+
+
+def run_capped(cmd: list[str], env: dict, cwd: Path, limit: float,
+               on_timeout=None) -> RunResult:
+    """Runs `cmd` in a new session; kills the whole session after `limit` seconds or
+    after OUTPUT_FLOOD_BYTES of output. Keeps the head and the tail of the output."""
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    head, tail = bytearray(), bytearray()
+    total = [0]
+    flooded = threading.Event()
+
+    def reader():
+        while chunk := proc.stdout.read1(65536):
+            total[0] += len(chunk)
+            if len(head) < OUTPUT_KEEP_HEAD:
+                take = OUTPUT_KEEP_HEAD - len(head)
+                head.extend(chunk[:take])
+                chunk = chunk[take:]
+            tail.extend(chunk)
+            del tail[:-OUTPUT_KEEP_TAIL]
+            if total[0] > OUTPUT_FLOOD_BYTES and not flooded.is_set():
+                flooded.set()
+                kill_session(proc.pid)
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        if on_timeout is not None:
+            on_timeout()
+        kill_session(proc.pid)
+        proc.wait()
+    kill_session(proc.pid)  # ranks left behind by a crashed mpirun
+    thread.join(timeout=5)
+    text = head.decode(errors="replace")
+    if total[0] > len(head) + len(tail):
+        text += f"\n... [{total[0] - len(head) - len(tail)} bytes of output cut] ...\n"
+    text += tail.decode(errors="replace")
+    return RunResult(proc.returncode, text, time.monotonic() - start, timed_out, flooded.is_set())
+
+
+def run_mpi(args: list[str], cwd: Path, limit: float, env: dict | None = None, on_timeout=None) -> RunResult:
+    """Runs `mpirun ARGS` through run_capped(), with MPI_ENV and then `env` on top
+    of the grader's own environment."""
+    return run_capped(["mpirun", *args], dict(os.environ, **MPI_ENV, **(env or {})), cwd, limit, on_timeout)

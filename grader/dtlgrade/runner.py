@@ -1,0 +1,217 @@
+"""Running a lab's test binaries under mpirun and reading their results.
+
+run_items() lists the tests of each binary, groups the rubric items' tests by
+(binary, rank count) and runs the groups: ranks 2 and up first, then 1, and a
+test that hung or flooded at one rank count is not run again at the next.
+run_tests() runs one group, one test after another, each with its own timeout
+(the test main's watchdog), and starts a new run after a crash, a timeout or a
+flood until every test has a result. Results come from gtest's JSON file and the
+progress file's `end` records (read_gtest_json(), read_progress()), never from
+what the program prints; a run the grader had to kill gets the tracer's report
+of where each rank was (trace_report()).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+from .lab import Item
+from .process import OUTPUT_FLOOD_BYTES, run_mpi
+
+
+@dataclass
+class TestResult:
+    status: str          # passed, failed, skipped, timeout, crashed, flood, not_run
+    message: str = ""
+    seconds: float = 0.0
+
+
+def read_progress(path: Path) -> list[dict]:
+    events = []
+    if path.exists():
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut short by a kill
+    return events
+
+
+def read_gtest_json(path: Path) -> dict[str, TestResult]:
+    results = {}
+    data = json.loads(path.read_text())
+    for suite in data.get("testsuites", []):
+        for test in suite.get("testsuite", []):
+            name = f"{suite['name']}.{test['name']}"
+            failures = "\n".join(f.get("failure", "") for f in test.get("failures", []))
+            if test.get("result") == "SKIPPED" or test.get("status") == "NOTRUN":
+                status = "skipped"
+            else:
+                status = "failed" if failures else "passed"
+            seconds = float(str(test.get("time", "0s")).rstrip("s") or 0)
+            results[name] = TestResult(status, failures, seconds)
+    return results
+
+
+def trace_report(trace_dir: Path, np: int) -> str:
+    """Where each rank is, from the tracer's state files (grader-side timeout)."""
+    lines = []
+    now = time.time()
+    for r in range(np):
+        state = {}
+        f = trace_dir / f"rank{r}.state"
+        if f.exists():
+            for line in f.read_text(errors="replace").replace("\0", "").splitlines():
+                key, _, value = line.partition(" ")
+                state[key] = value
+        if state.get("state") in ("blocked", "polling"):
+            since = float(state.get("since", now))
+            lines.append(f"  rank {r}: in {state.get('call', '?')} for {now - since:.1f} s")
+        elif state.get("state") == "running":
+            lines.append(f"  rank {r}: running its own code, not in an MPI call (last call: {state.get('last', '-')})")
+        else:
+            lines.append(f"  rank {r}: no trace")
+    return "\n".join(lines)
+
+
+def list_tests(binary: Path, patterns: list[str], work: Path) -> tuple[list[str], str]:
+    """The test names in `binary`, and the listing's output (shown when there are none:
+    a submission can crash the program before main, e.g. in a static initializer)."""
+    result = run_mpi(["-n", "1", str(binary), "--gtest_list_tests", f"--gtest_filter={':'.join(patterns)}"],
+                     work, 120)
+    names, suite = [], ""
+    for line in result.output.splitlines():
+        if not line.strip() or line.startswith(("[", "Note:", "Running main")):
+            continue
+        # Typed and parameterized tests carry "  # TypeParam = ..." comments.
+        if not line.startswith(" "):
+            suite = line.split("#")[0].strip()
+        else:
+            names.append(suite + line.split("#")[0].strip())
+    return names, result.output
+
+
+def run_tests(binary: Path, np: int, names: list[str], timeouts: dict[str, float], work: Path,
+              log) -> dict[str, TestResult]:
+    """Runs `names` at `np` ranks, each with its own timeout (the test main's
+    watchdog), resuming after a crash, a timeout or a flood, until every test
+    has a result."""
+    default = min(timeouts[n] for n in names) if names else 10.0
+    overrides = ",".join(f"{n}={timeouts[n]:g}" for n in names if timeouts[n] != default)
+    results: dict[str, TestResult] = {}
+    remaining = list(names)
+    while remaining:
+        run_dir = Path(tempfile.mkdtemp(prefix=f"np{np}-", dir=work))
+        trace_dir = run_dir / "trace"
+        trace_dir.mkdir()
+        progress = run_dir / "progress.jsonl"
+        out_json = run_dir / "gtest.json"
+        env = dict(DTL_PROGRESS_FILE=str(progress), DTL_TRACE_DIR=str(trace_dir),
+                   DTL_TEST_TIMEOUT=f"{default:g}", DTL_TEST_TIMEOUTS=overrides, GTEST_COLOR="no")
+        args = ["--oversubscribe", "--bind-to", "none", "-n", str(np), str(binary),
+                f"--gtest_filter={':'.join(remaining)}", f"--gtest_output=json:{out_json}"]
+        limit = sum(timeouts[n] for n in remaining) + 60
+        report = {}
+        run = run_mpi(args, run_dir, limit, env,
+                      on_timeout=lambda: report.update(text=trace_report(trace_dir, np)))
+        log(run.output)
+        events = read_progress(progress)
+        finished = {}
+        if out_json.exists() and not (run.timed_out or run.flooded):
+            try:
+                finished = read_gtest_json(out_json)
+            except (json.JSONDecodeError, KeyError, ValueError):
+                finished = {}
+        for e in events:  # results of a run that ended before gtest wrote its JSON
+            if e.get("event") == "end" and e["test"] not in finished:
+                finished[e["test"]] = TestResult(e.get("status", "failed"), e.get("failures", ""),
+                                                 float(e.get("seconds", 0)))
+        started = [e["test"] for e in events if e.get("event") == "start"]
+        culprit = next((t for t in reversed(started) if t not in finished), None)
+        if culprit is not None:
+            timeout_event = next((e for e in events if e.get("event") == "timeout" and e["test"] == culprit), None)
+            tail = run.output[-2500:]
+            if timeout_event is not None:
+                finished[culprit] = TestResult("timeout", timeout_event["report"], timeouts[culprit])
+            elif run.flooded:
+                finished[culprit] = TestResult(
+                    "flood", f"{culprit} printed more than {OUTPUT_FLOOD_BYTES >> 20} MiB of output; "
+                             f"the run was stopped. The end of it:\n{tail}")
+            elif run.timed_out:
+                finished[culprit] = TestResult(
+                    "timeout", f"TIMEOUT in {culprit}: the run was killed by the grader after "
+                               f"{limit:.0f} s. Where each rank was:\n{report.get('text', '')}")
+            else:
+                finished[culprit] = TestResult(
+                    "crashed", f"{culprit} crashed (mpirun exit code {run.returncode}): a rank died, "
+                               f"e.g. a segmentation fault or an abort. The end of the output:\n{tail}")
+        for name in remaining:
+            if name in finished:
+                results[name] = finished[name]
+        progress_made = [n for n in remaining if n in finished]
+        remaining = [n for n in remaining if n not in finished]
+        if remaining and not progress_made:
+            # The binary died before any test started (e.g. in a static initializer).
+            for name in remaining:
+                results[name] = TestResult("crashed", "the test program ended before this test started "
+                                                      f"(exit code {run.returncode}):\n{run.output[-2500:]}")
+            break
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return results
+
+
+def run_items(items: list[Item], binaries: dict[str, str], exe_dir: Path, work: Path, log):
+    """Runs the tests of `items` (all runnable here) in the binaries `binaries`
+    (kind -> file in `exe_dir`). Returns (results, names, listing): the result of
+    each test by (kind, ranks), the test names each binary lists, and the output of
+    each listing."""
+    listed = {kind: list_tests(exe_dir / exe, ["*"], work) for kind, exe in binaries.items()}
+    names = {kind: found for kind, (found, _) in listed.items()}
+    listing = {kind: output for kind, (_, output) in listed.items()}
+    # (binary, ranks) -> {test: its timeout, the largest of the items naming it}
+    plan: dict[tuple[str, int], dict[str, float]] = {}
+    for item in items:
+        matched = {n for n in names[item.binary] if any(fnmatchcase(n, p) for p in item.tests)}
+        for np in item.ranks:
+            group = plan.setdefault((item.binary, np), {})
+            for n in matched:
+                group[n] = max(group.get(n, 0.0), item.timeout)
+    by_run: dict[tuple[str, int], dict[str, TestResult]] = {}
+    hung: dict[tuple[str, str], tuple[int, str]] = {}  # (binary, test) -> (ranks, status)
+    # Several ranks before one: a hang is first met (and reported, with every
+    # rank's blocked call) where it is most instructive, and not re-run after.
+    for (kind, np), tests in sorted(plan.items(), key=lambda kv: (kv[0][0], kv[0][1] == 1, kv[0][1])):
+        # A test that hung or flooded at fewer ranks is not run again: it fails
+        # its item anyway, and each further run would cost a full timeout.
+        ordered = [n for n in names[kind] if n in tests and (kind, n) not in hung]
+        t0 = time.monotonic()
+        by_run[(kind, np)] = run_tests(exe_dir / binaries[kind], np, ordered, tests, work, log)
+        for n, r in by_run[(kind, np)].items():
+            if r.status in ("timeout", "flood"):
+                hung.setdefault((kind, n), (np, r.status))
+        for n in tests:
+            if (kind, n) in hung and n not in by_run[(kind, np)]:
+                at, status = hung[(kind, n)]
+                what = "timed out" if status == "timeout" else "flooded its output"
+                by_run[(kind, np)][n] = TestResult(status, f"not run: it {what} at {at} rank(s)")
+        ordered = [n for n in names[kind] if n in tests]
+        bad = sum(r.status != "passed" for r in by_run[(kind, np)].values())
+        print(f"  {kind:<6} at {np} rank(s): {len(ordered) - bad}/{len(ordered)} passed "
+              f"({time.monotonic() - t0:.1f} s)", flush=True)
+    return by_run, names, listing
+
+
+def gpu_available() -> bool:
+    """Whether this machine has a GPU to run GPU items on (`nvidia-smi -L` lists one)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+        return out.returncode == 0 and "GPU" in out.stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
