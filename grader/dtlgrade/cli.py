@@ -8,13 +8,26 @@ score was produced, 0 points included; 2 for a problem with the grader's set-up
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from pathlib import Path
 
-from .grading import grade_batch, grade_one
+from . import process, sandbox
+from .grading import cleanup, grade_batch, grade_one
 from .lab import ROOT, GraderError, find_lab, load_lab
 from .report import write_results
 from .submission import submission_sources
+
+
+def on_signal(signum, frame) -> None:
+    """SIGINT or SIGTERM (a batch script's timeout, Ctrl-C): kill every run in
+    flight, remove the temporary trees, and exit 128 + the signal's number."""
+    process.interrupt()
+    cleanup()
+    print(f"\ngrade: interrupted by signal {signum}: runs killed, temporary trees removed", file=sys.stderr,
+          flush=True)
+    os._exit(128 + signum)
 
 
 def main(argv=None) -> int:
@@ -39,7 +52,19 @@ def main(argv=None) -> int:
     parser.add_argument("--no-hidden", action="store_true", help="skip the example hidden tests in grader/hidden")
     parser.add_argument("--keep", action="store_true", help="keep the pristine build folder and print its path")
     parser.add_argument("--verbose", action="store_true", help="print every test run's output")
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="run the submission without bubblewrap: only where namespaces are refused (some "
+                             "containers) and only for code you trust; the results say so")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    if not args.no_sandbox:
+        ok, why = sandbox.probe()
+        if not ok:
+            print(f"grade: the sandbox cannot run here: {why}.\nSubmissions are only run inside it. Where "
+                  "namespaces are refused (some containers), grade with --no-sandbox, knowing that the "
+                  "submission then runs with your rights.", file=sys.stderr)
+            return 2
 
     try:
         lab_name = find_lab(args.lab)

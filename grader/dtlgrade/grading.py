@@ -2,10 +2,17 @@
 
 grade_one() is the whole pipeline, in order: the pristine tree with the
 submission's files (submission.py), the build and the include check (build.py),
-the test runs (runner.py), the scores (score.py, perf.py) and the report
-(report.py). It works in a fresh temporary folder and always returns a result: a
-submission can only lower its score. grade_batch() grades every sub-folder of a
-folder, one after the other.
+the imports check (imports.py: a refused file is graded as the skeleton's), the
+test runs (runner.py) inside the sandbox (sandbox.py), the scores (score.py,
+perf.py) and the report (report.py). It works in a fresh temporary folder and
+always returns a result: a submission can only lower its score. grade_batch()
+grades every sub-folder of a folder, one after the other.
+
+The temporary folder holds tree/ (the pristine tree with the submission),
+build/ and runs/ (each run's working folder). The build's sandbox sees all of it
+read-only but build/ (it compiles the reference and the hidden tests; nothing of
+the submission runs while compiling); the runs' sandbox also covers the tree's
+reference/ and grader/hidden/ (the sources) and may write build/ and runs/.
 """
 from __future__ import annotations
 
@@ -15,13 +22,54 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import imports
 from .build import build, compiler_errors, foreign_includes
-from .lab import GraderError, Lab, binaries_for
+from .lab import ROOT, GraderError, Lab, binaries_for, read_toml
 from .perf import perf_rows
+from .process import confine
 from .report import gradescope_results, print_report, totals, write_results, write_summary
-from .runner import gpu_available, run_items
+from .runner import Allowance, gpu_available, run_items
+from .sandbox import Sandbox
 from .score import failed_rows, item_rows
 from .submission import make_tree, submission_sources
+
+# Temporary folders of gradings in progress: an interrupted grader removes them (cleanup()).
+WORK_FOLDERS: set[Path] = set()
+
+
+def cleanup() -> None:
+    """Removes the temporary folders of gradings in progress (the grader was interrupted)."""
+    for folder in list(WORK_FOLDERS):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def refused_imports(lab: Lab, tree: Path, build_dir: Path) -> list[tuple[str, imports.Refusal]]:
+    """(lab folder, refusal) for every import the rules refuse, in the lab's student
+    library and in the dependency labs' (each under its own rubric's rules)."""
+    found = [(lab.name, r) for r in imports.check(tree, build_dir, lab.name, lab.imports)]
+    for dep in lab.depends:
+        policy = imports.Policy.from_rubric(read_toml(ROOT / "grader" / "rubrics" / f"{dep[:2]}.toml"))
+        found += [(dep, r) for r in imports.check(tree, build_dir, dep, policy)]
+    return found
+
+
+def revert_to_skeleton(tree: Path, refused: list[tuple[str, imports.Refusal]]) -> list[str]:
+    """Puts the skeleton's version in place of every submitted file a refusal names
+    (an object file of given/ refused means a submitted header it includes: all of
+    the lab's src/ headers go back); returns the notes that say so."""
+    notes, reverted = [], set()
+    for lab_name, refusal in refused:
+        notes.append(f"refused: labs/{lab_name}/{refusal} -- graded as the skeleton's")
+        src = tree / "labs" / lab_name / "src"
+        if refusal.file.startswith("src/"):
+            names = [refusal.file[len("src/"):]]
+        else:
+            names = [p.name for p in src.iterdir() if p.suffix in (".h", ".cuh")]
+        for name in names:
+            if (lab_name, name) not in reverted:
+                shutil.copyfile(ROOT / "labs" / lab_name / "src" / name, src / name)
+                reverted.add((lab_name, name))
+    return notes
 
 
 def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path], args) -> dict:
@@ -31,6 +79,9 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
     started = time.monotonic()
     print(f"Grading lab {lab.number} ({lab.name}): {description}", flush=True)
     work = Path(tempfile.mkdtemp(prefix=f"dtl-grade-{lab.number}-"))
+    WORK_FOLDERS.add(work)
+    runs = work / "runs"
+    runs.mkdir()
     log_lines: list[str] = []
 
     def log(text: str) -> None:
@@ -56,8 +107,29 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
         if lab.perf and has_reference:
             targets += [f"lab{lab.number}_student_bench", f"lab{lab.number}_bench"]
 
+        build_box = run_box = None
+        if args.no_sandbox:
+            notes.append("graded WITHOUT the sandbox (--no-sandbox): the submission ran with the grader's rights")
+            print(f"  note: {notes[-1]}")
+        else:
+            build_box = Sandbox(tree=work, writable=[work / "build"])
+            run_box = Sandbox(tree=work, writable=[work / "build", runs],
+                              hidden=[tree / "reference", tree / "grader" / "hidden"], gpu=gpu)
+
         print("  building ...", flush=True)
+        confine(build_box, building=True)
         made = build(lab, tree, work / "build", targets)
+        if made.returncode == 0 and not foreign_includes(lab, tree, work / "build"):
+            # What the student's code imports, before any of it runs (imports.py).
+            refused = refused_imports(lab, tree, work / "build")
+            if refused:
+                for note in revert_to_skeleton(tree, refused):
+                    notes.append(note)
+                    print(f"  {note}")
+                made = build(lab, tree, work / "build", targets)
+                if made.returncode == 0 and refused_imports(lab, tree, work / "build"):
+                    raise GraderError("refused imports remain with the skeleton's files: a rubric's "
+                                      "[imports] rules refuse the skeleton itself")
         foreign = foreign_includes(lab, tree, work / "build") if made.returncode == 0 else []
         if made.returncode != 0 or foreign:
             if foreign:
@@ -73,21 +145,25 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
             print(f"  built in {made.seconds:.0f} s; running tests ...", flush=True)
             exe_dir = work / "build" / "labs" / lab.name
             runnable = [i for i in items if gpu or not i.gpu]
-            by_run, names, listing = run_items(runnable, binaries, exe_dir, work, log)
+            confine(run_box)
+            by_run, names, listing = run_items(runnable, binaries, exe_dir, runs, log,
+                                               Allowance.starting_now(lab.budget))
             rows = item_rows(items, gpu, by_run, names, listing)
             passed = {r["name"] for r in rows if r["status"] == "passed"}
-            rows += perf_rows(lab, passed, has_reference, exe_dir, work, log)
+            rows += perf_rows(lab, passed, has_reference, exe_dir, runs, log)
         total, max_total = totals(rows)
         print_report(lab, rows, total, max_total, sys.stdout)
         elapsed = time.monotonic() - started
         print(f"graded in {elapsed:.0f} s", flush=True)
         return gradescope_results(lab, rows, total, max_total, elapsed, notes)
     finally:
+        confine(None)
         if args.keep:
             (work / "run.log").write_text("\n".join(log_lines))
             print(f"kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
+        WORK_FOLDERS.discard(work)
 
 
 def grade_batch(lab: Lab, folder: Path, out: Path, hidden_dirs: list[Path], args) -> int:

@@ -13,6 +13,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .imports import Policy
+
 # The repository the grader belongs to: its labs, reference, rubrics and hidden tests.
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,6 +67,8 @@ class Lab:
     perf: list[PerfItem] = field(default_factory=list)
     needs_cuda: bool = False
     depends: list[str] = field(default_factory=list)  # labs whose library this one links (dependency_labs())
+    budget: float = 600.0      # seconds for all of the lab's test runs (rubric: budget)
+    imports: Policy = field(default_factory=Policy)  # rubric: [[imports.allow]], [[imports.refuse]]
 
     @property
     def src_names(self) -> list[str]:
@@ -177,4 +181,5 @@ def load_lab(number: str, hidden_dirs: list[Path]) -> Lab:
         if missing:
             raise GraderError(f"{rubric}: perf item {p.name!r} requires unknown items {missing}")
     return Lab(number=name[:2], name=name, title=data.get("title", name), items=items, perf=perf,
-               needs_cuda=bool(data.get("cuda", False)), depends=dependency_labs(name))
+               needs_cuda=bool(data.get("cuda", False)), depends=dependency_labs(name),
+               budget=float(data.get("budget", 600)), imports=Policy.from_rubric(data))

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .sandbox import Sandbox
+
 OUTPUT_KEEP_HEAD = 48 << 10         # bytes of a run's output kept from its start...
 OUTPUT_KEEP_TAIL = 16 << 10         # ...and from its end
 OUTPUT_FLOOD_BYTES = 16 << 20       # more output than this ends the run as a flood
@@ -39,6 +41,28 @@ MPI_ENV = {
 # run's results from files the run writes in its working folder (`cwd`: gtest's
 # JSON, the progress file, the tracer's state files, a benchmark's JSON); a
 # build writes its build folder and the compiler cache.
+#
+# What is added here: confine(box) names the sandbox (sandbox.py) the next
+# commands run in -- grading.grade_one() sets the build's, then the runs' -- and
+# every command started goes into LIVE_SESSIONS until it ends, so that an
+# interrupted grader can kill what it started (interrupt()).
+
+_box: Sandbox | None = None
+_building = False
+LIVE_SESSIONS: set[int] = set()
+
+
+def confine(box: Sandbox | None, building: bool = False) -> None:
+    """Runs the next commands inside `box` (None: unconfined), with a build's
+    resource limits when `building`."""
+    global _box, _building
+    _box, _building = box, building
+
+
+def interrupt() -> None:
+    """Kills every command still running (the grader was interrupted)."""
+    for sid in list(LIVE_SESSIONS):
+        kill_session(sid)
 
 
 @dataclass
@@ -67,11 +91,17 @@ def kill_session(sid: int) -> None:
 
 def run_capped(cmd: list[str], env: dict, cwd: Path, limit: float,
                on_timeout=None) -> RunResult:
-    """Runs `cmd` in a new session; kills the whole session after `limit` seconds or
-    after OUTPUT_FLOOD_BYTES of output. Keeps the head and the tail of the output."""
+    """Runs `cmd` in a new session, inside the sandbox confine() named (with its
+    resource limits); kills the whole session after `limit` seconds or after
+    OUTPUT_FLOOD_BYTES of output. Keeps the head and the tail of the output."""
     start = time.monotonic()
+    box = _box
+    if box is not None:
+        cmd = box.wrap(cmd, cwd)
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+                            stdin=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=box.limits(_building) if box is not None else None)
+    LIVE_SESSIONS.add(proc.pid)
     head, tail = bytearray(), bytearray()
     total = [0]
     flooded = threading.Event()
@@ -101,6 +131,7 @@ def run_capped(cmd: list[str], env: dict, cwd: Path, limit: float,
         kill_session(proc.pid)
         proc.wait()
     kill_session(proc.pid)  # ranks left behind by a crashed mpirun
+    LIVE_SESSIONS.discard(proc.pid)
     thread.join(timeout=5)
     text = head.decode(errors="replace")
     if total[0] > len(head) + len(tail):

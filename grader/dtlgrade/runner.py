@@ -8,7 +8,9 @@ run_tests() runs one group, one test after another, each with its own timeout
 flood until every test has a result. Results come from gtest's JSON file and the
 progress file's `end` records (read_gtest_json(), read_progress()), never from
 what the program prints; a run the grader had to kill gets the tracer's report
-of where each rank was (trace_report()).
+of where each rank was (trace_report()), and passes none of its tests. An
+Allowance bounds the whole: the lab's time budget, and a test program's second
+deadlock, after which its remaining tests are not run.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -25,11 +27,37 @@ from .lab import Item
 from .process import OUTPUT_FLOOD_BYTES, run_mpi
 
 
+DEADLOCKS_PER_BINARY = 2  # after this many, a test program's remaining tests are not run
+
+
 @dataclass
 class TestResult:
     status: str          # passed, failed, skipped, timeout, crashed, flood, not_run
     message: str = ""
     seconds: float = 0.0
+
+
+@dataclass
+class Allowance:
+    """What a lab's test runs may still spend: until `deadline` (monotonic clock; the
+    rubric's `budget` seconds from the first run) and, per test program, how many
+    of its tests deadlocked or timed out (DEADLOCKS_PER_BINARY ends that program)."""
+    budget: float
+    deadline: float
+    deadlocks: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def starting_now(cls, budget: float) -> "Allowance":
+        return cls(budget, time.monotonic() + budget)
+
+    def refusal(self, kind: str) -> str | None:
+        """Why the next run of test program `kind` is not started, or None."""
+        if self.deadlocks.get(kind, 0) >= DEADLOCKS_PER_BINARY:
+            return (f"not run: {self.deadlocks[kind]} earlier tests of this program deadlocked or timed out, "
+                    "so its remaining tests are not run (each would cost a full timeout)")
+        if time.monotonic() > self.deadline:
+            return f"not run: the lab's time budget of {self.budget:g} s for test runs was spent"
+        return None
 
 
 def read_progress(path: Path) -> list[dict]:
@@ -98,15 +126,19 @@ def list_tests(binary: Path, patterns: list[str], work: Path) -> tuple[list[str]
 
 
 def run_tests(binary: Path, np: int, names: list[str], timeouts: dict[str, float], work: Path,
-              log) -> dict[str, TestResult]:
+              log, allowance: Allowance | None = None, kind: str = "test") -> dict[str, TestResult]:
     """Runs `names` at `np` ranks, each with its own timeout (the test main's
     watchdog), resuming after a crash, a timeout or a flood, until every test
-    has a result."""
+    has a result or the allowance refuses another run."""
     default = min(timeouts[n] for n in names) if names else 10.0
     overrides = ",".join(f"{n}={timeouts[n]:g}" for n in names if timeouts[n] != default)
     results: dict[str, TestResult] = {}
     remaining = list(names)
     while remaining:
+        refused = allowance.refusal(kind) if allowance is not None else None
+        if refused is not None:
+            results.update({name: TestResult("not_run", refused) for name in remaining})
+            break
         run_dir = Path(tempfile.mkdtemp(prefix=f"np{np}-", dir=work))
         trace_dir = run_dir / "trace"
         trace_dir.mkdir()
@@ -117,6 +149,8 @@ def run_tests(binary: Path, np: int, names: list[str], timeouts: dict[str, float
         args = ["--oversubscribe", "--bind-to", "none", "-n", str(np), str(binary),
                 f"--gtest_filter={':'.join(remaining)}", f"--gtest_output=json:{out_json}"]
         limit = sum(timeouts[n] for n in remaining) + 60
+        if allowance is not None:  # never far past the lab's budget
+            limit = min(limit, max(30.0, allowance.deadline - time.monotonic() + 30.0))
         report = {}
         run = run_mpi(args, run_dir, limit, env,
                       on_timeout=lambda: report.update(text=trace_report(trace_dir, np)))
@@ -151,6 +185,19 @@ def run_tests(binary: Path, np: int, names: list[str], timeouts: dict[str, float
                 finished[culprit] = TestResult(
                     "crashed", f"{culprit} crashed (mpirun exit code {run.returncode}): a rank died, "
                                f"e.g. a segmentation fault or an abort. The end of the output:\n{tail}")
+        elif run.timed_out or run.flooded:
+            # Every test of the run ended, yet the run had to be stopped (something
+            # it started kept it alive, or it flooded after its tests): a killed
+            # run passes none of its tests.
+            why = "flooded its output" if run.flooded else f"did not end and was killed after {limit:.0f} s"
+            for name, result in finished.items():
+                if result.status == "passed":
+                    finished[name] = TestResult(
+                        "failed", f"the run of {name} {why}, after its tests had ended (a process left behind "
+                                  "by the code under test?): a killed run passes no test")
+        if allowance is not None:
+            allowance.deadlocks[kind] = allowance.deadlocks.get(kind, 0) + sum(
+                1 for name in remaining if name in finished and finished[name].status == "timeout")
         for name in remaining:
             if name in finished:
                 results[name] = finished[name]
@@ -166,11 +213,12 @@ def run_tests(binary: Path, np: int, names: list[str], timeouts: dict[str, float
     return results
 
 
-def run_items(items: list[Item], binaries: dict[str, str], exe_dir: Path, work: Path, log):
+def run_items(items: list[Item], binaries: dict[str, str], exe_dir: Path, work: Path, log,
+              allowance: Allowance | None = None):
     """Runs the tests of `items` (all runnable here) in the binaries `binaries`
-    (kind -> file in `exe_dir`). Returns (results, names, listing): the result of
-    each test by (kind, ranks), the test names each binary lists, and the output of
-    each listing."""
+    (kind -> file in `exe_dir`), within `allowance`. Returns (results, names,
+    listing): the result of each test by (kind, ranks), the test names each binary
+    lists, and the output of each listing."""
     listed = {kind: list_tests(exe_dir / exe, ["*"], work) for kind, exe in binaries.items()}
     names = {kind: found for kind, (found, _) in listed.items()}
     listing = {kind: output for kind, (_, output) in listed.items()}
@@ -191,7 +239,7 @@ def run_items(items: list[Item], binaries: dict[str, str], exe_dir: Path, work: 
         # its item anyway, and each further run would cost a full timeout.
         ordered = [n for n in names[kind] if n in tests and (kind, n) not in hung]
         t0 = time.monotonic()
-        by_run[(kind, np)] = run_tests(exe_dir / binaries[kind], np, ordered, tests, work, log)
+        by_run[(kind, np)] = run_tests(exe_dir / binaries[kind], np, ordered, tests, work, log, allowance, kind)
         for n, r in by_run[(kind, np)].items():
             if r.status in ("timeout", "flood"):
                 hung.setdefault((kind, n), (np, r.status))

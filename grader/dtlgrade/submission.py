@@ -63,7 +63,11 @@ def install_submission(lab: Lab, source: Path, dest_src: Path, also_used: set[st
     allowed = set(lab.src_names) | set(also_used)
     for rel in lab.src_names:
         src = source / rel
-        if src.is_symlink() or not src.is_file():
+        if src.is_symlink():
+            notes.append(f"{rel}: is a symbolic link, refused (only regular files are graded); "
+                         "graded as the skeleton's (not implemented)")
+            continue
+        if not src.is_file():
             notes.append(f"{rel}: not in the submission; graded as the skeleton's (not implemented)")
             continue
         if src.stat().st_size > MAX_SOURCE_BYTES:

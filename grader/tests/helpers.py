@@ -177,13 +177,12 @@ _sandbox_works: bool | None = None
 
 
 def sandbox_works() -> bool:
-    """Whether bubblewrap can create namespaces on this machine (grader/sandbox.py).
+    """Whether bubblewrap can create namespaces on this machine (grader/dtlgrade/sandbox.py).
     Where it cannot (some containers), the grader tests grade with --no-sandbox,
     saying so once, and the tests of the sandbox itself skip."""
     global _sandbox_works
     if _sandbox_works is None:
-        sys.path.insert(0, str(ROOT / "grader"))
-        import sandbox
+        from dtlgrade import sandbox
         ok, why = sandbox.probe()
         if not ok:
             print(f"\n[grader tests] the sandbox cannot run here ({why}): grading with --no-sandbox",

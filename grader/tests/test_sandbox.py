@@ -2,12 +2,12 @@
 
 Two walls stand between a submission and the machine:
 
-  - the imports check (grader/imports.py): a ring.cc that is the correct solution
+  - the imports check (grader/dtlgrade/imports.py): a ring.cc that is the correct solution
     plus a static initializer calling fopen (to copy reference/) and system (to
     leave a process behind) is refused before anything runs: the note names the
     file and both symbols, ring.cc is graded as the skeleton's (ring items 0),
     the other files keep their points, and nothing it meant to write exists;
-  - the sandbox (grader/sandbox.py): a ring.cc whose static initializer makes raw
+  - the sandbox (grader/dtlgrade/sandbox.py): a ring.cc whose static initializer makes raw
     system calls (no imported symbol to refuse) to open the grader's own
     reference/ and the pristine tree's copy of it, to create a file under /tmp,
     to open a socket and to fork a process that sleeps for minutes. Inside the

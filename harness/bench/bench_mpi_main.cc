@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "harness/bench/bench.h"
+#include "harness/orphans.h"
 
 #ifndef DTL_BENCH_FLAVOR
 #define DTL_BENCH_FLAVOR "harness"
@@ -172,7 +173,9 @@ int main(int argc, char** argv) {
     dtl::bench::g_comm.reset();
   } catch (const std::exception& e) {
     std::cerr << "[dtl] benchmark: " << e.what() << std::endl;
+    dtl::kill_descendants();
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  dtl::kill_descendants();  // See Note [No process outlives a rank] (harness/orphans.cc)
   return 0;
 }

@@ -15,14 +15,10 @@
 //  - With DTL_PROGRESS_FILE set, rank 0 appends one JSON line per test start and
 //    end (and on a timeout), so the grader knows which test a crashed or killed
 //    run was in.
-//  - No process outlives a rank: See Note [No process outlives a rank].
+//  - No process outlives a rank: See Note [No process outlives a rank] (harness/orphans.cc).
 #include <gtest/gtest.h>
 #include <mpi.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-#include <csignal>
 
 #include <chrono>
 #include <condition_variable>
@@ -41,51 +37,12 @@
 #include <vector>
 
 #include "harness/comm/mpi.h"
+#include "harness/orphans.h"
 #include "harness/testing/mpi_test.h"
 #include "harness/testing/mpi_tracer.h"
 
 namespace dtl::testing {
 namespace {
-
-// Note [No process outlives a rank]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Code under test (a submission's, even in a static initializer) may start a
-// process that keeps running. It would hold this rank's stdout, and mpirun waits
-// for every output pipe to close, so the run would last until the grader's wall
-// limit. So each rank makes itself the subreaper of its descendants before any
-// other static initializer runs (constructor priority 101: an orphan's new parent
-// is then this rank, not init, even after a double fork or setsid) and kills all
-// of them when it ends: after its last test, and when the watchdog fires.
-__attribute__((constructor(101))) void adopt_orphans() { prctl(PR_SET_CHILD_SUBREAPER, 1); }
-
-void kill_descendants() {
-  std::map<pid_t, std::vector<pid_t>> children;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string text;
-    std::getline(stat, text);
-    const auto close = text.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream fields(text.substr(close + 1));
-    std::string state;
-    long ppid = 0;
-    if (fields >> state >> ppid) children[static_cast<pid_t>(ppid)].push_back(static_cast<pid_t>(std::stol(name)));
-  }
-  std::vector<pid_t> todo = {getpid()};
-  while (!todo.empty()) {
-    const pid_t pid = todo.back();
-    todo.pop_back();
-    for (pid_t child : children[pid]) {
-      ::kill(child, SIGKILL);
-      todo.push_back(child);
-    }
-  }
-  while (waitpid(-1, nullptr, WNOHANG) > 0) {
-  }
-}
 
 constexpr std::size_t kMaxFailureBytesPerRank = 8192;
 
@@ -203,7 +160,7 @@ class Watchdog {
     std::cout << std::flush;
     progress_.write(R"({"event":"timeout","test":")" + json_escape(test_) + R"(","seconds":)" +
                     std::to_string(seconds_) + R"(,"report":")" + json_escape(report.str()) + "\"}");
-    kill_descendants();
+    dtl::kill_descendants();
     std::_Exit(124);  // mpirun sees rank 0 fail and ends the other ranks
   }
 
@@ -427,9 +384,9 @@ int main(int argc, char** argv) {
     g_control = nullptr;
   } catch (const std::exception& e) {
     std::cerr << "[dtl] test main: " << e.what() << std::endl;
-    kill_descendants();
+    dtl::kill_descendants();
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  kill_descendants();  // See Note [No process outlives a rank]
+  dtl::kill_descendants();  // See Note [No process outlives a rank]
   return exit_code;
 }

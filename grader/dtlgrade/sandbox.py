@@ -29,7 +29,6 @@ says so in its report. Nothing is ever run unsandboxed silently.
 """
 from __future__ import annotations
 
-import os
 import resource
 import shutil
 import subprocess
@@ -137,7 +136,7 @@ def ccache_dir() -> Path | None:
     return path
 
 
-if __name__ == "__main__":  # python3 grader/sandbox.py: says whether the sandbox works here
+if __name__ == "__main__":  # python3 grader/dtlgrade/sandbox.py: says whether the sandbox works here
     ok, why = probe()
     print("sandbox: bwrap works here" if ok else f"sandbox unavailable: {why}")
     raise SystemExit(0 if ok else 1)

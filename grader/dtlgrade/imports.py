@@ -18,7 +18,7 @@ any test runs when one of them is
 Each refusal names the symbol, its demangled name and the file. What this cannot
 see: a call made through a pointer the code computes itself (a function pointer
 found in memory, inline assembly issuing a system call). The sandbox around every
-run (grader/sandbox.py) is the second wall for those.
+run (sandbox.py) is the second wall for those.
 
 Names are classified by their mangled form, which says unambiguously which
 namespace a C++ symbol lives in (`_ZNSt...` is std::, `_ZN3dtl...` is dtl::),
@@ -241,7 +241,7 @@ def check(tree: Path, build_dir: Path, lab_name: str, policy: Policy) -> list[Re
     return refusals
 
 
-if __name__ == "__main__":  # python3 grader/imports.py TREE BUILD_DIR LAB_NAME [RUBRIC.toml]
+if __name__ == "__main__":  # python3 grader/dtlgrade/imports.py TREE BUILD_DIR LAB_NAME [RUBRIC.toml]
     import sys
     import tomllib
 
