@@ -299,5 +299,26 @@ TEST(TrainerErrors, BadOptionsAreNamed) {
   EXPECT_EQ(v[0], 1.0f);
 }
 
+// The budget is inclusive: a unit of exactly max_unit_bytes is accepted, one element more is not.
+TEST(TrainerErrors, BudgetIsInclusive) {
+  auto backend = mpi_backend(comm());
+  nn::Model model = make_model(ModelKind::kOddMlp, 1);
+  const auto layouts = test_layouts(model, comm().size());
+  lab06::ShardedOptions o = options_for(ShardingMode::kFsdp, OptKind::kAdamW, 0, layouts);
+  o.max_unit_bytes = 4 * sizes_of(layouts).largest;
+  std::string error;
+  try {
+    lab06::ShardedTrainer trainer(*backend, model, o);
+    const Batch b = rank_batch(ModelKind::kOddMlp, 0, comm().rank(), comm().size());
+    trainer.step(b.x, b.y);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  EXPECT_EQ(error, "") << "a budget of exactly the largest unit (" << o.max_unit_bytes << " bytes) was refused";
+  nn::Model other = make_model(ModelKind::kOddMlp, 1);
+  o.max_unit_bytes -= 1;
+  EXPECT_THROW(lab06::ShardedTrainer(*backend, other, o), dtl::InvalidArgument);
+}
+
 }  // namespace
 }  // namespace lab06_test

@@ -105,14 +105,11 @@ ShardedTrainer::ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOpti
       const std::string why = layout_mismatch(st.layout, numels, world);
       DTL_REQUIRE_ARG(why.empty(), fn, "options.layouts", "[" + std::to_string(u) + "] (unit '" + st.name + "') " + why);
     }
-    const std::int64_t unit_bytes = st.layout.padded * 4;
-    DTL_REQUIRE_ARG(options_.max_unit_bytes == 0 || unit_bytes <= options_.max_unit_bytes, fn,
-                    "options.max_unit_bytes",
-                    "is " + std::to_string(options_.max_unit_bytes) + " bytes, but unit " + std::to_string(u) + " ('" +
-                        st.name + "') needs " + std::to_string(unit_bytes) + " bytes gathered (" +
-                        std::to_string(st.layout.padded) + " f32 elements): split the unit or raise the budget");
   }
   // BEGIN SOLUTION(ShardedTrainer::ShardedTrainer)
+  // | First refuse, before any communication, a unit whose full FlatParameter (padded * 4
+  // | bytes) is above options_.max_unit_bytes (when that is not 0): DTL_REQUIRE_ARG naming
+  // | "options.max_unit_bytes", the unit's index and name, and both byte counts.
   // | For every unit u (see the table at the top of this file; layout = units_[u].layout):
   // |  - full_values = nn::flatten_values(unit params, W); broadcast it from rank 0 (wait);
   // |    full_grads = nn::flatten_grads(unit params, W);
@@ -121,6 +118,15 @@ ShardedTrainer::ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOpti
   // |  - grad_shard: ZeRO-1 the view of full_grads; otherwise a new zeroed tensor of
   // |    `shard` floats (kGradients), and release full_grads' storage;
   // |  - the optimizer: nn::Sgd(options_.sgd, shard) or nn::AdamW(options_.adamw, shard).
+  for (int u = 0; u < units; ++u) {
+    const UnitState& st = units_[static_cast<std::size_t>(u)];
+    const std::int64_t unit_bytes = st.layout.padded * 4;
+    DTL_REQUIRE_ARG(options_.max_unit_bytes == 0 || unit_bytes <= options_.max_unit_bytes, fn,
+                    "options.max_unit_bytes",
+                    "is " + std::to_string(options_.max_unit_bytes) + " bytes, but unit " + std::to_string(u) + " ('" +
+                        st.name + "') needs " + std::to_string(unit_bytes) + " bytes gathered (" +
+                        std::to_string(st.layout.padded) + " f32 elements): split the unit or raise the budget");
+  }
   const int rank = comm.rank();
   for (int u = 0; u < units; ++u) {
     UnitState& st = units_[static_cast<std::size_t>(u)];
