@@ -311,6 +311,16 @@ void finish() {
                 "prefetch hid %.0f%% of it\n",
                 p0->second * 1e3, p1->second * 1e3, 100.0 * (1.0 - p1->second / p0->second));
   }
+  if (auto* link = dynamic_cast<dtl::EmulatedCommunicator*>(&backend("1GbE"))) {
+    const auto late = static_cast<long long>(link->late_operations());
+    long long all = 0;
+    DTL_MPI_CHECK(MPI_Allreduce(&late, &all, 1, MPI_LONG_LONG, MPI_SUM, comm()));
+    if (comm().rank() == 0) {
+      std::printf("# EMULATED 1GbE: %lld operations (all ranks) ended after their model time because the real "
+                  "collective underneath was slower (CPU shared with compute): there the emulation is not faithful\n",
+                  all);
+    }
+  }
   const std::string folder = out_folder();
   // The trace: one FSDP step with prefetch 1 on emulated 1GbE.
   {
