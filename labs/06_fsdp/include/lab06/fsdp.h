@@ -321,9 +321,12 @@ struct UnitState {
   /// This rank's averaged gradient shard (f32, `shard`). ZeRO-1: a view of full_grads;
   /// ZeRO-2 and FSDP: its own storage (kGradients).
   nn::Tensor grad_shard;
-  /// FSDP with a 16-bit param_dtype: the rounded shard to send and the 16-bit full
-  /// unit received (kCommunication), allocated only while a gather is in flight.
-  nn::Tensor half_shard, half_full;
+  /// FSDP with a 16-bit param_dtype: the rounded shard to send (kCommunication),
+  /// allocated only while a gather is in flight.
+  nn::Tensor half_shard;
+  /// FSDP with a 16-bit param_dtype: the 16-bit full unit received (kCommunication),
+  /// allocated only while a gather is in flight.
+  nn::Tensor half_full;
   std::unique_ptr<nn::Sgd> sgd;      ///< the shard's optimizer (kSgd)
   std::unique_ptr<nn::AdamW> adamw;  ///< the shard's optimizer (kAdamW)
   Work gather;                       ///< FSDP: its all-gather, from issue until waited for
