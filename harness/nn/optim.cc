@@ -2,6 +2,7 @@
 #include "harness/nn/optim.h"
 
 #include <cmath>
+#include <string>
 
 #include "harness/error.h"
 
@@ -50,6 +51,11 @@ AdamW::AdamW(AdamWOptions options, std::int64_t count) : options_(options), coun
   DTL_REQUIRE_ARG(options.weight_decay >= 0, "AdamW", "options.weight_decay", "is negative");
   m_ = Tensor::zeros({count}, DType::kF32, MemoryCategory::kOptimizerState);
   v_ = Tensor::zeros({count}, DType::kF32, MemoryCategory::kOptimizerState);
+}
+
+void AdamW::set_steps(std::int64_t steps) {
+  DTL_REQUIRE_ARG(steps >= 0, "AdamW::set_steps", "steps", "is negative (" + std::to_string(steps) + ")");
+  t_ = steps;
 }
 
 void AdamW::step(std::span<float> params, std::span<const float> grads) {

@@ -84,6 +84,11 @@ class AdamW {
   /// @brief Steps taken so far.
   /// @return t.
   std::int64_t steps() const noexcept { return t_; }
+  /// @brief Sets the step count t, e.g. when resuming from a checkpoint (with m and v
+  /// written back through m() and v()): the next step() is step t + 1.
+  /// @param[in] steps t, >= 0.
+  /// @throws dtl::InvalidArgument if steps is negative.
+  void set_steps(std::int64_t steps);
   /// @brief The first moment m.
   /// @return `count` floats.
   const Tensor& m() const noexcept { return m_; }

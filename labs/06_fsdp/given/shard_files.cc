@@ -1,0 +1,242 @@
+// Lab 06, given (not a task; compiled into both builds): the checkpoint file
+// format, and how the ranks agree on success.
+//
+// What this file teaches: a file that another program (or another world size)
+// will read must say what it is and prove it is whole. Each file is
+//
+//     magic (8 bytes: "DTLSHRD1" or "DTLMANI1")
+//     fields, each int64 little-endian, strings as length + bytes,
+//     float arrays as length + 4-byte floats
+//     checksum: FNV-1a 64 of every byte above
+//
+// so a missing file, a file of another kind, a truncated file and a flipped
+// bit are four different, named errors. A file is written to PATH.tmp and
+// renamed to PATH at the end: a crash in the middle leaves the old checkpoint
+// whole (rename is atomic within one file system). The file-format code lives
+// here, once; what to put in a file and how to re-shard it is task D
+// (src/checkpoint.cc). See Note [Sharded checkpoints] in lab06/fsdp.h.
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness/error.h"
+#include "lab06/fsdp.h"
+
+namespace dtl::lab06 {
+namespace {
+
+constexpr char kShardMagic[8] = {'D', 'T', 'L', 'S', 'H', 'R', 'D', '1'};
+constexpr char kManifestMagic[8] = {'D', 'T', 'L', 'M', 'A', 'N', 'I', '1'};
+
+std::uint64_t fnv1a(const std::uint8_t* data, std::size_t n) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (std::size_t i = 0; i < n; ++i) {
+    h ^= data[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+[[noreturn]] void fail(const std::string& path, const std::string& why) {
+  throw CheckpointError("checkpoint file " + path + ": " + why + " [" + where_am_i() + "]");
+}
+
+// Appends fields to a byte buffer (the host's byte order: little-endian on every machine we target).
+class Writer {
+ public:
+  void bytes(const void* p, std::size_t n) {
+    const auto* b = static_cast<const std::uint8_t*>(p);
+    out_.insert(out_.end(), b, b + n);
+  }
+  void i64(std::int64_t v) { bytes(&v, sizeof v); }
+  void str(const std::string& s) {
+    i64(static_cast<std::int64_t>(s.size()));
+    bytes(s.data(), s.size());
+  }
+  void floats(const std::vector<float>& v) {
+    i64(static_cast<std::int64_t>(v.size()));
+    bytes(v.data(), v.size() * sizeof(float));
+  }
+  std::vector<std::uint8_t>& out() { return out_; }
+
+ private:
+  std::vector<std::uint8_t> out_;
+};
+
+// Reads fields back, refusing to run past the end (a truncated file).
+class Reader {
+ public:
+  Reader(const std::vector<std::uint8_t>& in, std::string path) : in_(in), path_(std::move(path)) {}
+  void bytes(void* p, std::size_t n) {
+    if (n > in_.size() - pos_) fail(path_, "truncated (a field runs past the end of the file)");
+    std::memcpy(p, in_.data() + pos_, n);
+    pos_ += n;
+  }
+  std::int64_t i64() {
+    std::int64_t v = 0;
+    bytes(&v, sizeof v);
+    return v;
+  }
+  std::int64_t length(std::size_t element) {
+    const std::int64_t n = i64();
+    if (n < 0 || static_cast<std::size_t>(n) > (in_.size() - pos_) / element) {
+      fail(path_, "truncated or corrupt (a length of " + std::to_string(n) + " does not fit in the file)");
+    }
+    return n;
+  }
+  std::string str() {
+    std::string s(static_cast<std::size_t>(length(1)), '\0');
+    bytes(s.data(), s.size());
+    return s;
+  }
+  std::vector<float> floats() {
+    std::vector<float> v(static_cast<std::size_t>(length(sizeof(float))));
+    bytes(v.data(), v.size() * sizeof(float));
+    return v;
+  }
+
+ private:
+  const std::vector<std::uint8_t>& in_;
+  std::string path_;
+  std::size_t pos_ = 8;  // after the magic
+};
+
+void write_framed(const std::string& path, const char (&magic)[8], Writer& body) {
+  std::vector<std::uint8_t> out(magic, magic + 8);
+  out.insert(out.end(), body.out().begin(), body.out().end());
+  const std::uint64_t sum = fnv1a(out.data(), out.size());
+  const auto* s = reinterpret_cast<const std::uint8_t*>(&sum);
+  out.insert(out.end(), s, s + sizeof sum);
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) fail(path, "cannot be created (does the folder exist, is it writable?)");
+  const bool written = std::fwrite(out.data(), 1, out.size(), f) == out.size();
+  const bool closed = std::fclose(f) == 0;
+  if (!written || !closed) {
+    std::remove(tmp.c_str());
+    fail(path, "could not be written completely (disk full?)");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    fail(path, "could not be renamed into place");
+  }
+}
+
+// The file's bytes after checking its magic and checksum (the checksum removed).
+std::vector<std::uint8_t> read_framed(const std::string& path, const char (&magic)[8], const char* kind) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) fail(path, "is missing (or unreadable)");
+  std::vector<std::uint8_t> in;
+  std::uint8_t chunk[1 << 16];
+  std::size_t n = 0;
+  while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0) in.insert(in.end(), chunk, chunk + n);
+  std::fclose(f);
+  if (in.size() < 16 || std::memcmp(in.data(), magic, 8) != 0) {
+    fail(path, std::string("is not a ") + kind + " (wrong magic or too short: " + std::to_string(in.size()) + " bytes)");
+  }
+  std::uint64_t stored = 0;
+  std::memcpy(&stored, in.data() + in.size() - 8, 8);
+  in.resize(in.size() - 8);
+  if (fnv1a(in.data(), in.size()) != stored) fail(path, "is corrupt: its checksum does not match its contents");
+  return in;
+}
+
+}  // namespace
+
+std::string shard_file_path(const std::string& dir, int rank, int world_size) {
+  return dir + "/shard-" + std::to_string(rank) + "-of-" + std::to_string(world_size) + ".dtl";
+}
+
+std::string manifest_path(const std::string& dir) { return dir + "/manifest.dtl"; }
+
+void write_shard_file(const std::string& path, const ShardFile& file) {
+  Writer w;
+  w.i64(file.rank);
+  w.i64(file.world_size);
+  w.i64(file.steps);
+  w.str(file.optimizer);
+  w.i64(static_cast<std::int64_t>(file.units.size()));
+  for (const UnitShard& u : file.units) {
+    w.str(u.name);
+    w.i64(u.numel);
+    w.floats(u.values);
+    w.i64(static_cast<std::int64_t>(u.state.size()));
+    for (const auto& s : u.state) w.floats(s);
+  }
+  write_framed(path, kShardMagic, w);
+}
+
+ShardFile read_shard_file(const std::string& path) {
+  const std::vector<std::uint8_t> in = read_framed(path, kShardMagic, "shard file");
+  Reader r(in, path);
+  ShardFile file;
+  file.rank = static_cast<int>(r.i64());
+  file.world_size = static_cast<int>(r.i64());
+  file.steps = r.i64();
+  file.optimizer = r.str();
+  const std::int64_t units = r.length(1);
+  for (std::int64_t i = 0; i < units; ++i) {
+    UnitShard u;
+    u.name = r.str();
+    u.numel = r.i64();
+    u.values = r.floats();
+    const std::int64_t states = r.length(1);
+    for (std::int64_t s = 0; s < states; ++s) u.state.push_back(r.floats());
+    file.units.push_back(std::move(u));
+  }
+  return file;
+}
+
+void write_manifest(const std::string& path, const Manifest& manifest) {
+  Writer w;
+  w.i64(manifest.world_size);
+  w.i64(manifest.steps);
+  w.str(manifest.optimizer);
+  w.i64(static_cast<std::int64_t>(manifest.units.size()));
+  for (std::size_t i = 0; i < manifest.units.size(); ++i) {
+    w.str(manifest.units[i]);
+    w.i64(i < manifest.numels.size() ? manifest.numels[i] : 0);
+  }
+  write_framed(path, kManifestMagic, w);
+}
+
+Manifest read_manifest(const std::string& path) {
+  const std::vector<std::uint8_t> in = read_framed(path, kManifestMagic, "checkpoint manifest");
+  Reader r(in, path);
+  Manifest m;
+  m.world_size = static_cast<int>(r.i64());
+  m.steps = r.i64();
+  m.optimizer = r.str();
+  const std::int64_t units = r.length(1);
+  for (std::int64_t i = 0; i < units; ++i) {
+    m.units.push_back(r.str());
+    m.numels.push_back(r.i64());
+  }
+  if (m.world_size < 1) fail(path, "names a world size of " + std::to_string(m.world_size));
+  return m;
+}
+
+void agree_or_throw(Communicator& comm, const std::string& error) {
+  // Which ranks failed: one int per rank, summed (every rank knows the size in advance).
+  const int size = comm.world_size();
+  std::vector<std::int32_t> failed(static_cast<std::size_t>(size), 0);
+  failed[static_cast<std::size_t>(comm.rank())] = error.empty() ? 0 : 1;
+  comm.allreduce_blocking(std::span<std::int32_t>(failed), ReduceOp::kSum);
+  int first = -1;
+  for (int r = 0; r < size && first < 0; ++r) {
+    if (failed[static_cast<std::size_t>(r)] != 0) first = r;
+  }
+  if (first < 0) return;
+  // The first failing rank's message, to everyone: its length, then its bytes in int32 words.
+  std::int32_t length = comm.rank() == first ? static_cast<std::int32_t>(error.size()) : 0;
+  comm.broadcast_blocking(std::span<std::int32_t>(&length, 1), first);
+  std::vector<std::int32_t> words((static_cast<std::size_t>(length) + 3) / 4, 0);
+  if (comm.rank() == first) std::memcpy(words.data(), error.data(), error.size());
+  comm.broadcast_blocking(std::span<std::int32_t>(words), first);
+  std::string message(reinterpret_cast<const char*>(words.data()), static_cast<std::size_t>(length));
+  throw CheckpointError("rank " + std::to_string(first) + ": " + message);
+}
+
+}  // namespace dtl::lab06

@@ -1,0 +1,60 @@
+// Lab 06, task A: the arithmetic of a FlatParameter and of re-sharding.
+//
+// What this file teaches: sharding is index arithmetic on one flat buffer.
+// Everything FSDP moves — the shards the optimizer steps, the blocks that
+// reduce_scatter and allgather exchange, the slices a checkpoint is re-sharded
+// from — is a range [begin, end) of a unit's padded flat buffer. See Note
+// [FlatParameter] and Note [Sharded checkpoints] in lab06/fsdp.h.
+//
+// Re-sharding, worked: numel 10 saved at W = 4 (shard 3), loaded at W' = 3 (shard 4):
+//
+//     element     0 1 2 | 3 4 5 | 6 7 8 | 9 . .        old ranks 0..3 (. = padding)
+//     new rank 0  0 1 2 3            -> old 0 [0, 3), old 1 [0, 1)
+//     new rank 1          4 5 6 7    -> old 1 [1, 3), old 2 [0, 2)
+//     new rank 2                  8 9 . .  -> old 2 [2, 3), old 3 [0, 1); 2 elements of padding
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "harness/error.h"
+#include "lab06/fsdp.h"
+
+namespace dtl::lab06 {
+
+FlatLayout make_flat_layout(std::span<const std::int64_t> numels, int world_size) {
+  DTL_REQUIRE_ARG(world_size >= 1, "make_flat_layout", "world_size",
+                  "is " + std::to_string(world_size) + "; it must be at least 1");
+  for (std::size_t i = 0; i < numels.size(); ++i) {
+    DTL_REQUIRE_ARG(numels[i] >= 0, "make_flat_layout", "numels",
+                    "has a negative count (" + std::to_string(numels[i]) + ") at index " + std::to_string(i));
+  }
+  FlatLayout layout;
+  layout.world_size = world_size;
+  layout.numels.assign(numels.begin(), numels.end());
+  // TODO(student): offsets: each parameter starts where the previous one ended (a running sum);
+  //   numel: the sum; padded: numel rounded up to a multiple of world_size;
+  //   shard: padded / world_size.
+  throw dtl::NotImplemented("make_flat_layout");
+  return layout;
+}
+
+std::vector<ShardSource> reshard_sources(std::int64_t numel, int old_world_size, int new_world_size, int new_rank) {
+  DTL_REQUIRE_ARG(numel >= 0, "reshard_sources", "numel", "is negative (" + std::to_string(numel) + ")");
+  DTL_REQUIRE_ARG(old_world_size >= 1, "reshard_sources", "old_world_size",
+                  "is " + std::to_string(old_world_size) + "; it must be at least 1");
+  DTL_REQUIRE_ARG(new_world_size >= 1, "reshard_sources", "new_world_size",
+                  "is " + std::to_string(new_world_size) + "; it must be at least 1");
+  DTL_REQUIRE_ARG(new_rank >= 0 && new_rank < new_world_size, "reshard_sources", "new_rank",
+                  "is " + std::to_string(new_rank) + "; it must be in [0, " + std::to_string(new_world_size) + ")");
+  std::vector<ShardSource> sources;
+  // TODO(student): Old shard size S = ceil(numel / W), new S' = ceil(numel / W'). The new shard's
+  //   real elements are [new_rank S', min((new_rank + 1) S', numel)). Walk them:
+  //   element e lies in old shard e / S at offset e % S; take as many elements as
+  //   remain in that old shard (and in the new range) as one ShardSource, and go on.
+  throw dtl::NotImplemented("reshard_sources");
+  return sources;
+}
+
+}  // namespace dtl::lab06

@@ -1,0 +1,411 @@
+// What lab 06's tests share: the models and their data, the single-process fp32
+// oracle, layouts and closed forms worked out here (not by the code under test),
+// the vendor all-gather of the shards, a communicator that counts and times what
+// passes through it, and a scratch folder for checkpoints.
+//
+// The equivalence the tests check: W ranks, each with B/W rows of a global batch
+// of B, in any sharding mode, take the same steps as one process with all B rows
+// (the oracle runs inside every rank, with harness/nn only). The parameters are
+// compared after gathering every unit's shards with MPI_Allgather (the vendor
+// collective, not the trainer's), cut to each unit's real elements.
+//
+// Tolerance, and why it is not zero: the oracle's gradient sums B rows in one
+// GEMM; the sharded run sums B/W rows per rank and then the W partial means in
+// the reduce-scatter. Float addition is not associative, so the two differ in
+// the last bits (about 1e-7 relative per step); kSteps steps keep that size.
+// A missing average is a factor W, a shard stepped twice or never, a stale
+// gather or a wrong offset are O(1e-2) and more: far outside the tolerance.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "datasets/datasets.h"
+#include "harness/comm/communicator.h"
+#include "harness/comm/emulated_communicator.h"
+#include "harness/comm/mpi_communicator.h"
+#include "harness/nn/layers.h"
+#include "harness/nn/memory.h"
+#include "harness/nn/model.h"
+#include "harness/nn/optim.h"
+#include "harness/testing/mpi_test.h"
+#include "lab06/fsdp.h"
+
+namespace lab06_test {
+
+using dtl::testing::comm;
+namespace nn = dtl::nn;
+namespace lab06 = dtl::lab06;
+
+inline constexpr std::int64_t kGlobalBatch = 12;  // divisible by 1, 2, 3, 4 and 6 (5: hidden tests use 10 or 20)
+inline constexpr int kSteps = 3;
+inline constexpr double kAbsTolerance = 2e-5;  // |sharded - oracle| <= kAbsTolerance + kRelTolerance |oracle|
+inline constexpr double kRelTolerance = 1e-4;
+
+// kOddMlp: units fc0, fc1, head of 21, 56 and 24 parameters (101 in all, a prime):
+// at every W from 2 to 6 at least one unit is padded. kGpt: embed, block0, block1, head.
+enum class ModelKind { kOddMlp, kGpt };
+enum class OptKind { kSgd, kAdamW };
+inline const char* model_name(ModelKind m) { return m == ModelKind::kOddMlp ? "mlp" : "gpt"; }
+inline const char* opt_name(OptKind o) { return o == OptKind::kSgd ? "sgd" : "adamw"; }
+inline void PrintTo(ModelKind m, std::ostream* os) { *os << model_name(m); }
+inline void PrintTo(OptKind o, std::ostream* os) { *os << opt_name(o); }
+
+inline constexpr std::int64_t kContext = 8;
+inline constexpr std::int64_t kChannels = 16;
+
+inline const dtl::data::CharCorpus& corpus() {
+  static const dtl::data::CharCorpus c = dtl::data::encode_chars(dtl::data::make_char_corpus(20000, 7));
+  return c;
+}
+inline const dtl::data::Classification& spirals() {
+  static const dtl::data::Classification d = dtl::data::make_spirals(3000, 3, 0.1f, 11);
+  return d;
+}
+
+inline nn::Model make_model(ModelKind kind, std::uint64_t seed) {
+  if (kind == ModelKind::kOddMlp) return nn::make_mlp(2, 7, 3, 2, seed);
+  return nn::make_gpt(static_cast<std::int64_t>(corpus().vocab.size()), kContext, kChannels, 2, 2, seed);
+}
+
+struct Batch {
+  nn::Tensor x, y;
+};
+
+/// Rows [begin, end) of step `step`'s global batch (of `global` rows); `input_scale`
+/// multiplies the MLP's inputs (crafted overflows).
+inline Batch make_batch(ModelKind kind, int step, std::int64_t begin, std::int64_t end,
+                        std::int64_t global = kGlobalBatch, float input_scale = 1.0f) {
+  const std::int64_t rows = end - begin;
+  Batch b;
+  if (kind == ModelKind::kOddMlp) {
+    const auto& data = spirals();
+    b.x = nn::Tensor::zeros({rows, 2}, nn::DType::kF32, nn::MemoryCategory::kActivations);
+    b.y = nn::Tensor::zeros({rows}, nn::DType::kI32, nn::MemoryCategory::kActivations);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t row = (step * global + begin + r) % data.count;
+      b.x.span<float>()[2 * r] = data.x[2 * row] * input_scale;
+      b.x.span<float>()[2 * r + 1] = data.x[2 * row + 1] * input_scale;
+      b.y.span<std::int32_t>()[r] = data.y[row];
+    }
+  } else {
+    b.x = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kActivations);
+    b.y = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kActivations);
+    const auto span = static_cast<std::int64_t>(corpus().tokens.size()) - kContext - 1;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t start = ((step * global + begin + r) * (kContext + 1)) % span;
+      for (std::int64_t t = 0; t < kContext; ++t) {
+        b.x.span<std::int32_t>()[r * kContext + t] = corpus().tokens[start + t];
+        b.y.span<std::int32_t>()[r * kContext + t] = corpus().tokens[start + t + 1];
+      }
+    }
+  }
+  return b;
+}
+
+/// This rank's rows of step `step` when `size` ranks share the global batch.
+inline Batch rank_batch(ModelKind kind, int step, int rank, int size, std::int64_t global = kGlobalBatch,
+                        float input_scale = 1.0f) {
+  const std::int64_t b = global / size;
+  return make_batch(kind, step, rank * b, (rank + 1) * b, global, input_scale);
+}
+
+inline const nn::SgdOptions kSgd{.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.0f};
+inline const nn::AdamWOptions kAdamW{.lr = 1e-3f, .weight_decay = 0.01f};
+
+/// The oracle: one process, fp32, the whole batch, `steps` steps; the flat parameters (unpadded).
+inline std::vector<float> single_process(ModelKind kind, OptKind opt, std::uint64_t seed, int steps = kSteps,
+                                         std::int64_t global = kGlobalBatch) {
+  nn::Model model = make_model(kind, seed);
+  const std::vector<nn::Parameter*> params = model.parameters();
+  const nn::Tensor values = nn::flatten_values(params);
+  const nn::Tensor grads = nn::flatten_grads(params);
+  nn::Sgd sgd(kSgd, values.numel());
+  nn::AdamW adam(kAdamW, values.numel());
+  nn::SoftmaxCrossEntropy ce;
+  for (int step = 0; step < steps; ++step) {
+    const Batch b = make_batch(kind, step, 0, global, global);
+    model.zero_grad();
+    ce.forward(model.forward(b.x), b.y);
+    model.backward(ce.backward());
+    if (opt == OptKind::kSgd) sgd.step(values.span<float>(), grads.span<float>());
+    else adam.step(values.span<float>(), grads.span<float>());
+  }
+  const auto p = values.span<float>();
+  return {p.begin(), p.end()};
+}
+
+/// Each unit's parameter counts, read from the model.
+inline std::vector<std::vector<std::int64_t>> unit_numels(nn::Model& model) {
+  std::vector<std::vector<std::int64_t>> out;
+  for (int u = 0; u < model.unit_count(); ++u) {
+    out.emplace_back();
+    for (const nn::Parameter* p : model.unit(u).parameters()) out.back().push_back(p->value.numel());
+  }
+  return out;
+}
+
+/// Note [FlatParameter]'s layouts worked out here, so that the tests of tasks B-D do
+/// not depend on the student's make_flat_layout() (task A).
+inline std::vector<lab06::FlatLayout> test_layouts(nn::Model& model, int world_size) {
+  std::vector<lab06::FlatLayout> out;
+  for (const auto& numels : unit_numels(model)) {
+    lab06::FlatLayout l;
+    l.world_size = world_size;
+    l.numels = numels;
+    for (const std::int64_t n : numels) {
+      l.offsets.push_back(l.numel);
+      l.numel += n;
+    }
+    l.shard = (l.numel + world_size - 1) / world_size;
+    l.padded = l.shard * world_size;
+    out.push_back(l);
+  }
+  return out;
+}
+
+/// The padded sizes the closed forms of Note [ZeRO stages] use: N (sum), L (largest).
+struct Sizes {
+  std::int64_t n = 0, largest = 0;
+  std::vector<std::int64_t> padded;
+};
+inline Sizes sizes_of(const std::vector<lab06::FlatLayout>& layouts) {
+  Sizes s;
+  for (const auto& l : layouts) {
+    s.n += l.padded;
+    s.largest = std::max(s.largest, l.padded);
+    s.padded.push_back(l.padded);
+  }
+  return s;
+}
+
+inline lab06::ShardedOptions options_for(lab06::ShardingMode mode, OptKind opt, int prefetch,
+                                         const std::vector<lab06::FlatLayout>& layouts) {
+  lab06::ShardedOptions o;
+  o.mode = mode;
+  o.optimizer = opt == OptKind::kSgd ? lab06::OptimizerKind::kSgd : lab06::OptimizerKind::kAdamW;
+  o.sgd = kSgd;
+  o.adamw = kAdamW;
+  o.prefetch = prefetch;
+  o.layouts = layouts;
+  return o;
+}
+
+/// Every unit's full values, gathered from the trainer's shards with MPI_Allgather
+/// (the vendor collective) over `mpi_comm`, cut to the real elements, concatenated.
+/// Collective over mpi_comm.
+inline std::vector<float> gathered_parameters(const lab06::ShardedTrainer& trainer, MPI_Comm mpi_comm) {
+  std::vector<float> out;
+  int size = 1;
+  MPI_Comm_size(mpi_comm, &size);
+  for (int u = 0; u < trainer.unit_count(); ++u) {
+    const lab06::UnitState& st = trainer.unit(u);
+    const std::int64_t shard = st.shard.defined() ? st.shard.numel() : 0;
+    std::vector<float> mine(static_cast<std::size_t>(shard));
+    if (shard > 0) std::memcpy(mine.data(), st.shard.raw(), mine.size() * sizeof(float));
+    std::vector<float> full(mine.size() * static_cast<std::size_t>(size));
+    MPI_Allgather(mine.data(), static_cast<int>(shard), MPI_FLOAT, full.data(), static_cast<int>(shard), MPI_FLOAT,
+                  mpi_comm);
+    const auto numel = std::min<std::size_t>(full.size(), static_cast<std::size_t>(st.layout.numel));
+    out.insert(out.end(), full.begin(), full.begin() + static_cast<std::ptrdiff_t>(numel));
+  }
+  return out;
+}
+
+/// The run's parameters against the oracle's, within the stated tolerance.
+inline ::testing::AssertionResult close_to_oracle(const std::vector<float>& expected, const std::vector<float>& got,
+                                                  const std::string& what, double abs_tol = kAbsTolerance,
+                                                  double rel_tol = kRelTolerance) {
+  if (expected.size() != got.size()) {
+    return ::testing::AssertionFailure() << "rank " << comm().rank() << ": " << what << " has " << got.size()
+                                         << " parameters, the single-process run " << expected.size();
+  }
+  std::size_t wrong = 0, first = 0;
+  double worst = 0.0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double diff = std::abs(static_cast<double>(got[i]) - expected[i]);
+    worst = std::max(worst, std::isnan(diff) ? INFINITY : diff);
+    if (!(diff <= abs_tol + rel_tol * std::abs(expected[i]))) {
+      if (wrong++ == 0) first = i;
+    }
+  }
+  if (wrong == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "rank " << comm().rank() << ", " << what << ": parameter element " << first
+                                       << " is " << got[first] << ", the single-process run (batch " << kGlobalBatch
+                                       << ") has " << expected[first] << "; " << wrong << " of " << got.size()
+                                       << " elements differ by more than " << abs_tol << " + " << rel_tol
+                                       << " |expected| (largest difference " << worst << ")";
+}
+
+/// A Communicator that forwards to another and records, per operation, its kind,
+/// bytes (OpInfo::total_bytes(): the full buffer), dtype, when it was issued and
+/// when the inner backend completed it — whatever the code under test says.
+class CountingCommunicator final : public dtl::Communicator {
+ public:
+  explicit CountingCommunicator(dtl::Communicator& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  std::string name() const override { return "counting " + inner_.name(); }
+
+  struct Op {
+    dtl::CollectiveKind kind;
+    dtl::DType dtype;
+    std::size_t bytes = 0;
+    double issue = 0.0, end = 0.0;  // end: 0 until someone waited for it or tested it
+  };
+  std::vector<Op> ops;
+
+  void clear() { ops.clear(); }
+  int count(dtl::CollectiveKind kind) const {
+    return static_cast<int>(std::count_if(ops.begin(), ops.end(), [kind](const Op& o) { return o.kind == kind; }));
+  }
+  std::size_t bytes(dtl::CollectiveKind kind) const {
+    std::size_t b = 0;
+    for (const Op& o : ops) b += o.kind == kind ? o.bytes : 0;
+    return b;
+  }
+  /// The most operations of `kind` in flight at once: at each issue, those issued
+  /// earlier whose completion came later (the inner backend's end time).
+  int max_in_flight(dtl::CollectiveKind kind) const {
+    int most = 0;
+    for (const Op& o : ops) {
+      if (o.kind != kind) continue;
+      int n = 0;
+      for (const Op& p : ops) n += p.kind == kind && p.issue <= o.issue && (p.end == 0.0 || p.end > o.issue) ? 1 : 0;
+      most = std::max(most, n);
+    }
+    return most;
+  }
+
+ protected:
+  std::unique_ptr<dtl::WorkImpl> do_allreduce(void* buf, const dtl::OpInfo& info) override {
+    return record(inner_.allreduce(buf, info.count, info.dtype, info.op), info);
+  }
+  std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
+    return record(inner_.broadcast(buf, info.count, info.dtype, info.root), info);
+  }
+  std::unique_ptr<dtl::WorkImpl> do_reduce_scatter(const void* s, void* r, const dtl::OpInfo& info) override {
+    return record(inner_.reduce_scatter(s, r, info.count, info.dtype, info.op), info);
+  }
+  std::unique_ptr<dtl::WorkImpl> do_allgather(const void* s, void* r, const dtl::OpInfo& info) override {
+    return record(inner_.allgather(s, r, info.count, info.dtype), info);
+  }
+
+ private:
+  class Forward final : public dtl::WorkImpl {
+   public:
+    Forward(dtl::Work work, const dtl::OpInfo& info, std::vector<Op>* ops, std::size_t index)
+        : dtl::WorkImpl(info.description), work_(std::move(work)), ops_(ops), index_(index) {}
+    bool test() override { return done(work_.test()); }
+    bool wait_until(double deadline) override {
+      return done(work_.wait_for(std::max(0.0, deadline - dtl::clock_seconds())));
+    }
+
+   private:
+    bool done(bool complete) {
+      if (complete) {
+        set_start(work_.start_seconds());
+        set_end(work_.end_seconds());
+        (*ops_)[index_].end = work_.end_seconds();
+      }
+      return complete;
+    }
+    dtl::Work work_;
+    std::vector<Op>* ops_;
+    std::size_t index_;
+  };
+  std::unique_ptr<dtl::WorkImpl> record(dtl::Work work, const dtl::OpInfo& info) {
+    ops.push_back({info.kind, info.dtype, info.total_bytes(), dtl::clock_seconds(), 0.0});
+    return std::make_unique<Forward>(std::move(work), info, &ops, ops.size() - 1);
+  }
+  dtl::Communicator& inner_;
+};
+
+/// Open MPI on a communication thread (the default backend of the tests).
+inline std::unique_ptr<dtl::Communicator> mpi_backend(MPI_Comm parent) {
+  return std::make_unique<dtl::MpiCommunicator>(parent, dtl::MpiMode::kThread);
+}
+/// The alpha-beta emulator over Open MPI: every operation takes at least `alpha`.
+inline std::unique_ptr<dtl::Communicator> emulated_backend(MPI_Comm parent, const std::string& link) {
+  return std::make_unique<dtl::EmulatedCommunicator>(mpi_backend(parent), dtl::parse_link(link));
+}
+
+/// The bytes of a tensor's elements, for exact comparisons.
+inline std::vector<std::uint8_t> bytes_of(const nn::Tensor& t) {
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(t.bytes()));
+  if (!out.empty()) std::memcpy(out.data(), t.raw(), out.size());
+  return out;
+}
+
+/// A folder for checkpoints, made by rank 0 under $TMPDIR (or /tmp) and shared with
+/// every rank of comm(); removed (by rank 0, after a barrier) when it goes out of scope.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    char buf[512] = {0};
+    if (comm().rank() == 0) {
+      const char* tmp = std::getenv("TMPDIR");
+      std::string base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+      std::string templ = base + "/dtl-lab06-XXXXXX";
+      std::vector<char> name(templ.begin(), templ.end());
+      name.push_back('\0');
+      if (::mkdtemp(name.data()) != nullptr) std::snprintf(buf, sizeof buf, "%s", name.data());
+    }
+    MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, comm());
+    path_ = buf;
+  }
+  ~ScratchDir() {
+    MPI_Barrier(comm());
+    if (comm().rank() == 0 && !path_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(path_, ec);
+    }
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::string& path() const { return path_; }
+  /// A sub-folder (made by rank 0, then a barrier).
+  std::string sub(const std::string& name) const {
+    const std::string p = path_ + "/" + name;
+    if (comm().rank() == 0) std::filesystem::create_directories(p);
+    MPI_Barrier(comm());
+    return p;
+  }
+
+ private:
+  std::string path_;
+};
+
+/// The ranks [0, n) of comm() as their own communicator (MPI_COMM_NULL on the others).
+/// Collective over comm().
+class SubComm {
+ public:
+  explicit SubComm(int n) {
+    MPI_Comm_split(comm(), comm().rank() < n ? 0 : MPI_UNDEFINED, comm().rank(), &comm_);
+  }
+  ~SubComm() {
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+  SubComm(const SubComm&) = delete;
+  SubComm& operator=(const SubComm&) = delete;
+  bool member() const { return comm_ != MPI_COMM_NULL; }
+  MPI_Comm get() const { return comm_; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+}  // namespace lab06_test

@@ -1,0 +1,196 @@
+// Lab 06, task D: sharded checkpoints — save each rank's shard, load on any
+// world size by re-sharding, refuse a bad checkpoint without losing anything.
+//
+// What this file teaches: a sharded checkpoint is as distributed as the model.
+// Saving is embarrassingly parallel (each rank writes what it owns); loading on
+// W' ranks is a re-partition of each unit's real elements [0, numel) — task A's
+// reshard_sources() says which old slices each new shard is made of — and the
+// padding is never stored, because it is zero by construction. Saved at W = 4,
+// loaded at W' = 2, unit of numel 10 (shards 3 -> 5):
+//
+//     old   r0: 0 1 2   r1: 3 4 5   r2: 6 7 8   r3: 9 . .
+//     new   r0: 0 1 2 3 4           r1: 5 6 7 8 9
+//           (old r0 [0,3), r1 [0,2))   (old r1 [2,3), r2 [0,3), r3 [0,1))
+//
+// Two rules make it safe. Check everything before changing anything: each rank
+// reads and checks into buffers of its own, then the ranks agree
+// (agree_or_throw()), and only if all succeeded does any rank touch its
+// trainer. And every error names the file, the unit and the rank. See Note
+// [Sharded checkpoints] in lab06/fsdp.h; the file format is given
+// (given/shard_files.cc).
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "harness/error.h"
+#include "lab06/fsdp.h"
+
+namespace dtl::lab06 {
+namespace {
+
+const char* optimizer_name(const ShardedTrainer& trainer) {
+  return trainer.options().optimizer == OptimizerKind::kSgd ? "sgd" : "adamw";
+}
+
+// The optimizer state tensors of a unit, in the order they are stored: {momentum}, {m, v} or {}.
+std::vector<nn::Tensor> state_tensors(const UnitState& st) {
+  if (st.adamw) return {st.adamw->m(), st.adamw->v()};
+  if (st.sgd && st.sgd->momentum().defined()) return {st.sgd->momentum()};
+  return {};
+}
+
+std::vector<float> to_vector(const nn::Tensor& t) {
+  const auto s = t.span<float>();
+  return {s.begin(), s.end()};
+}
+
+}  // namespace
+
+void save_checkpoint(ShardedTrainer& trainer, const std::string& dir) {
+  Communicator& comm = trainer.comm();
+  std::string error;
+  // BEGIN SOLUTION(save_checkpoint)
+  // | Inside a try (catch std::exception into `error`): fill a ShardFile (rank, world size,
+  // | trainer.steps(), "sgd"/"adamw", and per unit its name, layout.numel, the shard's
+  // | floats and the optimizer state's: AdamW {m, v}, SGD {momentum} when it has one);
+  // | write_shard_file(shard_file_path(dir, rank, W), ...); rank 0 also write_manifest().
+  // | Then agree_or_throw(comm, error) — on every rank, also when this rank failed.
+  try {
+    ShardFile file;
+    file.rank = comm.rank();
+    file.world_size = comm.world_size();
+    file.steps = trainer.steps();
+    file.optimizer = optimizer_name(trainer);
+    Manifest manifest{comm.world_size(), trainer.steps(), file.optimizer, {}, {}};
+    for (int u = 0; u < trainer.unit_count(); ++u) {
+      const UnitState& st = trainer.unit(u);
+      UnitShard shard{st.name, st.layout.numel, to_vector(st.shard), {}};
+      for (const nn::Tensor& t : state_tensors(st)) shard.state.push_back(to_vector(t));
+      file.units.push_back(std::move(shard));
+      manifest.units.push_back(st.name);
+      manifest.numels.push_back(st.layout.numel);
+    }
+    write_shard_file(shard_file_path(dir, comm.rank(), comm.world_size()), file);
+    if (comm.rank() == 0) write_manifest(manifest_path(dir), manifest);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_or_throw(comm, error);
+  // END SOLUTION
+}
+
+void load_checkpoint(ShardedTrainer& trainer, const std::string& dir) {
+  Communicator& comm = trainer.comm();
+  const int rank = comm.rank(), world = comm.world_size();
+  std::string error;
+  // BEGIN SOLUTION(load_checkpoint)
+  // | 1. Inside a try (catch std::exception into `error`), touching nothing of the trainer:
+  // |    read_manifest(manifest_path(dir)); check its optimizer and its units (count, each
+  // |    name and numel) against the trainer's, naming the unit. For every unit, build new
+  // |    values and state (`shard` floats each, zero) from reshard_sources(numel, manifest
+  // |    world size, W, rank): read each old rank's file once (read_shard_file), check that it
+  // |    says that rank and world size and holds the unit with the same name and numel and
+  // |    enough floats, and copy the slices. Every message names the file or unit, and the rank.
+  // | 2. agree_or_throw(comm, error).
+  // | 3. Commit: copy into each unit's shard and optimizer state; trainer.set_steps(manifest
+  // |    steps); ZeRO-1/2: all-gather each unit's full_values in place (the shard is a view
+  // |    of it and the peers' parts changed too), and wait.
+  struct Pending {
+    std::vector<float> values;
+    std::vector<std::vector<float>> state;
+  };
+  std::vector<Pending> next(static_cast<std::size_t>(trainer.unit_count()));
+  std::int64_t steps = 0;
+  try {
+    const Manifest manifest = read_manifest(manifest_path(dir));
+    const std::string where = "checkpoint " + dir + " [" + where_am_i() + "]";
+    if (manifest.optimizer != optimizer_name(trainer)) {
+      throw CheckpointError(where + ": saved with optimizer " + manifest.optimizer + ", this trainer uses " +
+                            optimizer_name(trainer));
+    }
+    if (static_cast<int>(manifest.units.size()) != trainer.unit_count()) {
+      throw CheckpointError(where + ": it has " + std::to_string(manifest.units.size()) + " units, this model " +
+                            std::to_string(trainer.unit_count()));
+    }
+    std::map<int, ShardFile> files;  // old rank -> its file, read once
+    auto old_file = [&](int old_rank) -> const ShardFile& {
+      auto it = files.find(old_rank);
+      if (it != files.end()) return it->second;
+      const std::string path = shard_file_path(dir, old_rank, manifest.world_size);
+      ShardFile file = read_shard_file(path);
+      if (file.rank != old_rank || file.world_size != manifest.world_size) {
+        throw CheckpointError("checkpoint file " + path + ": says it is rank " + std::to_string(file.rank) + " of " +
+                              std::to_string(file.world_size) + ", the manifest expects rank " +
+                              std::to_string(old_rank) + " of " + std::to_string(manifest.world_size) + " [" +
+                              where_am_i() + "]");
+      }
+      return files.emplace(old_rank, std::move(file)).first->second;
+    };
+    for (int u = 0; u < trainer.unit_count(); ++u) {
+      const UnitState& st = trainer.unit(u);
+      const auto iu = static_cast<std::size_t>(u);
+      if (manifest.units[iu] != st.name || manifest.numels[iu] != st.layout.numel) {
+        throw CheckpointError(where + ": unit " + std::to_string(u) + " is '" + manifest.units[iu] + "' of " +
+                              std::to_string(manifest.numels[iu]) + " elements in the checkpoint, '" + st.name +
+                              "' of " + std::to_string(st.layout.numel) + " in this model");
+      }
+      const std::size_t states = state_tensors(st).size();
+      const auto shard = static_cast<std::size_t>(st.layout.shard);
+      const std::int64_t old_shard = (st.layout.numel + manifest.world_size - 1) / manifest.world_size;
+      Pending& p = next[iu];
+      p.values.assign(shard, 0.0f);
+      p.state.assign(states, std::vector<float>(shard, 0.0f));
+      for (const ShardSource& src : reshard_sources(st.layout.numel, manifest.world_size, world, rank)) {
+        const ShardFile& file = old_file(src.old_rank);
+        const std::string path = shard_file_path(dir, src.old_rank, manifest.world_size);
+        if (file.units.size() <= iu || file.units[iu].name != st.name || file.units[iu].numel != st.layout.numel ||
+            static_cast<std::int64_t>(file.units[iu].values.size()) != old_shard ||
+            file.units[iu].state.size() != states) {
+          throw CheckpointError("checkpoint file " + path + ": unit " + std::to_string(u) + " ('" + st.name +
+                                "') is missing or has another size or optimizer state than the manifest says [" +
+                                where_am_i() + "]");
+        }
+        const UnitShard& old = file.units[iu];
+        for (std::size_t s = 0; s <= states; ++s) {
+          const std::vector<float>& from = s == 0 ? old.values : old.state[s - 1];
+          std::vector<float>& to = s == 0 ? p.values : p.state[s - 1];
+          if (static_cast<std::int64_t>(from.size()) != old_shard) {
+            throw CheckpointError("checkpoint file " + path + ": unit '" + st.name + "' has a state of " +
+                                  std::to_string(from.size()) + " floats, expected " + std::to_string(old_shard) +
+                                  " [" + where_am_i() + "]");
+          }
+          std::memcpy(to.data() + src.new_offset, from.data() + src.old_offset,
+                      static_cast<std::size_t>(src.count) * sizeof(float));
+        }
+      }
+    }
+    steps = manifest.steps;
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_or_throw(comm, error);
+  for (int u = 0; u < trainer.unit_count(); ++u) {
+    UnitState& st = trainer.unit(u);
+    const Pending& p = next[static_cast<std::size_t>(u)];
+    std::memcpy(st.shard.data<float>(), p.values.data(), p.values.size() * sizeof(float));
+    const std::vector<nn::Tensor> state = state_tensors(st);
+    for (std::size_t s = 0; s < state.size(); ++s) {
+      std::memcpy(state[s].data<float>(), p.state[s].data(), p.state[s].size() * sizeof(float));
+    }
+  }
+  trainer.set_steps(steps);
+  if (trainer.options().mode != ShardingMode::kFsdp) {
+    for (int u = 0; u < trainer.unit_count(); ++u) {
+      UnitState& st = trainer.unit(u);
+      float* full = st.full_values.data<float>();
+      const auto shard = static_cast<std::size_t>(st.layout.shard);
+      comm.allgather(full + static_cast<std::size_t>(rank) * shard, full, shard, DType::kF32).wait();
+    }
+  }
+  // END SOLUTION
+}
+
+}  // namespace dtl::lab06

@@ -1,0 +1,335 @@
+// Lab 06, task B: the sharded trainer — FlatParameters, shards, the gradient
+// reduce-scatter and the sharded optimizer step (ZeRO-1, ZeRO-2, and the gradient
+// half of FSDP).
+//
+// What this file teaches: where each byte of a ZeRO/FSDP step lives, and when.
+// Per unit, with S = shard and N = padded (Note [FlatParameter]), f32 bytes:
+//
+//     buffer        ZeRO-1                ZeRO-2                 FSDP
+//     full_values   4N, always            4N, always             4N, only around the unit's uses (task C)
+//     full_grads    4N, always            4N, in its backward    4N, in its backward
+//     shard         view of full_values   view of full_values    4S, own storage
+//     grad_shard    view of full_grads    4S, own storage        4S, own storage
+//     optimizer     8S (AdamW m, v)       8S                     8S
+//
+// and one step, per unit u, in the order the Model's hooks call it:
+//
+//     pre_backward(u)   full_grads allocated zeroed (ZeRO-2/FSDP) or zeroed (ZeRO-1)
+//     post_backward(u)  16-bit: round the gradient; reduce_scatter(full_grads -> grad_shard, kAvg);
+//                       more than `prefetch` in flight: wait for the oldest, free its full_grads
+//     after backward    wait for the rest; fp16: unscale, agree on inf; optimizer on every shard;
+//                       ZeRO-1/2: all-gather every unit's values (in place)
+//
+// See Note [ZeRO stages], Note [Reduce-scatter, not allreduce] and Note [Mixed
+// precision in FSDP] in lab06/fsdp.h.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "harness/error.h"
+#include "harness/nn/half.h"
+#include "lab06/fsdp.h"
+
+namespace dtl::lab06 {
+
+const char* sharding_mode_name(ShardingMode mode) {
+  switch (mode) {
+    case ShardingMode::kZero1: return "zero1";
+    case ShardingMode::kZero2: return "zero2";
+    case ShardingMode::kFsdp: return "fsdp";
+  }
+  return "?";
+}
+
+namespace {
+
+// A layout that does not describe the unit's parameters sharded W ways: the reason, or "".
+std::string layout_mismatch(const FlatLayout& layout, const std::vector<std::int64_t>& numels, int world_size) {
+  if (layout.world_size != world_size) {
+    return "is for world size " + std::to_string(layout.world_size) + ", the communicator has " +
+           std::to_string(world_size);
+  }
+  if (layout.numels != numels) return "lists other parameter sizes than the unit's";
+  std::int64_t numel = 0;
+  for (const std::int64_t n : numels) numel += n;
+  if (layout.numel != numel || layout.padded < numel || layout.padded % world_size != 0 ||
+      layout.shard * world_size != layout.padded || layout.padded - numel >= world_size) {
+    return "has numel " + std::to_string(layout.numel) + ", padded " + std::to_string(layout.padded) + ", shard " +
+           std::to_string(layout.shard) + " for " + std::to_string(numel) + " elements";
+  }
+  return "";
+}
+
+}  // namespace
+
+ShardedTrainer::ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOptions options)
+    : comm_(comm), model_(model), options_(std::move(options)), scale_(options_.loss_scale) {
+  const char* fn = "ShardedTrainer";
+  const bool fsdp = options_.mode == ShardingMode::kFsdp;
+  const nn::DType pd = options_.param_dtype;
+  DTL_REQUIRE_ARG(model.dtype() == nn::DType::kF32, fn, "model",
+                  std::string("computes in ") + nn::to_string(model.dtype()) + "; build it in f32");
+  DTL_REQUIRE_ARG(!model.flat_values().defined() && !model.flat_grads().defined(), fn, "model",
+                  "is already flattened; the trainer lays out one FlatParameter per unit itself");
+  DTL_REQUIRE_ARG(options_.prefetch >= 0, fn, "options.prefetch",
+                  "is " + std::to_string(options_.prefetch) + "; it must be >= 0");
+  DTL_REQUIRE_ARG(pd == nn::DType::kF32 || ((pd == nn::DType::kBF16 || pd == nn::DType::kF16) && fsdp), fn,
+                  "options.param_dtype",
+                  std::string("is ") + nn::to_string(pd) + "; " +
+                      (fsdp ? "FSDP gathers f32, bf16 or f16" : "ZeRO-1/2 keep f32 parameters (16-bit gathers are FSDP's)"));
+  DTL_REQUIRE_ARG(std::isfinite(options_.loss_scale) && options_.loss_scale > 0.0f, fn, "options.loss_scale",
+                  "is " + std::to_string(options_.loss_scale) + "; it must be finite and > 0");
+  DTL_REQUIRE_ARG(options_.max_unit_bytes >= 0, fn, "options.max_unit_bytes", "is negative");
+  const int units = model.unit_count();
+  DTL_REQUIRE_ARG(options_.layouts.empty() || static_cast<int>(options_.layouts.size()) == units, fn,
+                  "options.layouts",
+                  "has " + std::to_string(options_.layouts.size()) + " layouts for " + std::to_string(units) + " units");
+  const int world = comm.world_size();
+  units_.resize(static_cast<std::size_t>(units));
+  for (int u = 0; u < units; ++u) {
+    UnitState& st = units_[static_cast<std::size_t>(u)];
+    st.name = model.unit(u).name;
+    std::vector<std::int64_t> numels;
+    for (const nn::Parameter* p : model.unit(u).parameters()) numels.push_back(p->value.numel());
+    DTL_REQUIRE_ARG(!numels.empty(), fn, "model", "unit '" + st.name + "' has no parameters");
+    if (options_.layouts.empty()) {
+      st.layout = make_flat_layout(numels, world);
+    } else {
+      st.layout = options_.layouts[static_cast<std::size_t>(u)];
+      const std::string why = layout_mismatch(st.layout, numels, world);
+      DTL_REQUIRE_ARG(why.empty(), fn, "options.layouts", "[" + std::to_string(u) + "] (unit '" + st.name + "') " + why);
+    }
+  }
+  // BEGIN SOLUTION(ShardedTrainer::ShardedTrainer)
+  // | First refuse, before any communication, a unit whose full FlatParameter (padded * 4
+  // | bytes) is above options_.max_unit_bytes (when that is not 0): DTL_REQUIRE_ARG naming
+  // | "options.max_unit_bytes", the unit's index and name, and both byte counts.
+  // | For every unit u (see the table at the top of this file; layout = units_[u].layout):
+  // |  - full_values = nn::flatten_values(unit params, W); broadcast it from rank 0 (wait);
+  // |    full_grads = nn::flatten_grads(unit params, W);
+  // |  - shard: FSDP a clone (kParameters) of full_values' view [rank * shard, + shard),
+  // |    then release full_values' storage; ZeRO-1/2 the view itself;
+  // |  - grad_shard: ZeRO-1 the view of full_grads; otherwise a new zeroed tensor of
+  // |    `shard` floats (kGradients), and release full_grads' storage;
+  // |  - the optimizer: nn::Sgd(options_.sgd, shard) or nn::AdamW(options_.adamw, shard).
+  for (int u = 0; u < units; ++u) {
+    const UnitState& st = units_[static_cast<std::size_t>(u)];
+    const std::int64_t unit_bytes = st.layout.padded * 4;
+    DTL_REQUIRE_ARG(options_.max_unit_bytes == 0 || unit_bytes <= options_.max_unit_bytes, fn,
+                    "options.max_unit_bytes",
+                    "is " + std::to_string(options_.max_unit_bytes) + " bytes, but unit " + std::to_string(u) + " ('" +
+                        st.name + "') needs " + std::to_string(unit_bytes) + " bytes gathered (" +
+                        std::to_string(st.layout.padded) + " f32 elements): split the unit or raise the budget");
+  }
+  const int rank = comm.rank();
+  for (int u = 0; u < units; ++u) {
+    UnitState& st = units_[static_cast<std::size_t>(u)];
+    const std::vector<nn::Parameter*> params = model.unit(u).parameters();
+    const std::int64_t begin = st.layout.shard_begin(rank), shard = st.layout.shard;
+    st.full_values = nn::flatten_values(params, world);
+    comm_.broadcast(st.full_values.span<float>(), 0).wait();
+    st.full_grads = nn::flatten_grads(params, world);
+    if (fsdp) {
+      st.shard = st.full_values.view(begin, {shard}).clone(nn::MemoryCategory::kParameters);
+      st.full_values.storage()->release();
+    } else {
+      st.shard = st.full_values.view(begin, {shard});
+    }
+    if (options_.mode == ShardingMode::kZero1) {
+      st.grad_shard = st.full_grads.view(begin, {shard});
+    } else {
+      st.grad_shard = nn::Tensor::zeros({shard}, nn::DType::kF32, nn::MemoryCategory::kGradients);
+      st.full_grads.storage()->release();
+    }
+    if (options_.optimizer == OptimizerKind::kSgd) {
+      st.sgd = std::make_unique<nn::Sgd>(options_.sgd, shard);
+    } else {
+      st.adamw = std::make_unique<nn::AdamW>(options_.adamw, shard);
+    }
+  }
+  // END SOLUTION
+
+  // The hooks: the parameter side (task C, FSDP only) around the gradient side
+  // (task B), the timeline's compute spans and the observer. Note [Gather and free].
+  auto observe = [this](const char* phase, int u) {
+    if (options_.observer) options_.observer(phase, u);
+  };
+  nn::ModelHooks& hooks = model_.hooks();
+  hooks.pre_forward = [this, fsdp, observe](int u) {
+    if (fsdp) gather_for_use(u, +1);
+    observe("pre_forward", u);
+    compute_begin_ = clock_seconds();
+  };
+  hooks.post_forward = [this, fsdp, observe](int u) {
+    if (options_.timeline) options_.timeline->add("compute", "forward " + units_[static_cast<std::size_t>(u)].name, compute_begin_, clock_seconds());
+    if (fsdp) free_params(u);
+    observe("post_forward", u);
+  };
+  hooks.pre_backward = [this, fsdp, observe](int u) {
+    if (fsdp) gather_for_use(u, -1);
+    before_backward_grads(u);
+    observe("pre_backward", u);
+    compute_begin_ = clock_seconds();
+  };
+  hooks.post_backward = [this, fsdp, observe](int u) {
+    if (options_.timeline) options_.timeline->add("compute", "backward " + units_[static_cast<std::size_t>(u)].name, compute_begin_, clock_seconds());
+    after_backward_grads(u);
+    if (fsdp) free_params(u);
+    observe("post_backward", u);
+  };
+}
+
+ShardedTrainer::~ShardedTrainer() {
+  model_.hooks() = {};
+  for (UnitState& st : units_) {
+    try {
+      st.gather.wait();
+      st.reduce.wait();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "~ShardedTrainer: unit '%s': %s\n", st.name.c_str(), e.what());
+    }
+  }
+}
+
+void ShardedTrainer::set_steps(std::int64_t steps) {
+  DTL_REQUIRE_ARG(steps >= 0, "ShardedTrainer::set_steps", "steps", "is negative");
+  steps_ = steps;
+  for (UnitState& st : units_) {
+    if (st.adamw) st.adamw->set_steps(steps);
+  }
+}
+
+double ShardedTrainer::wait_timed(Work& work, const std::string& what) {
+  const double begin = clock_seconds();
+  work.wait();
+  const double waited = clock_seconds() - begin;
+  current_.exposed_seconds += waited;
+  if (options_.timeline) options_.timeline->add_work("comm", work, what);
+  return waited;
+}
+
+void ShardedTrainer::before_backward_grads(int u) {
+  UnitState& st = units_.at(static_cast<std::size_t>(u));
+  // BEGIN SOLUTION(ShardedTrainer::before_backward_grads)
+  // | ZeRO-1: zero the (persistent) full gradient. ZeRO-2 and FSDP: allocate its
+  // | storage again (Storage::allocate() gives zeroed memory).
+  if (options_.mode == ShardingMode::kZero1) {
+    st.full_grads.zero();
+  } else {
+    st.full_grads.storage()->allocate();
+  }
+  // END SOLUTION
+}
+
+void ShardedTrainer::after_backward_grads(int u) {
+  UnitState& st = units_.at(static_cast<std::size_t>(u));
+  // BEGIN SOLUTION(ShardedTrainer::after_backward_grads)
+  // | 1. A 16-bit param_dtype: round every element of full_grads to that type and back
+  // |    (nn::f16 / nn::bf16): what a 16-bit backward would have produced.
+  // | 2. Issue the reduce-scatter (ReduceOp::kAvg, f32, recv count = shard) from
+  // |    full_grads into grad_shard; ZeRO-1 in place: recv_buf = full_grads + rank * shard.
+  // |    Count it in current_ (reduce_scatters, reduce_scatter_bytes = padded * 4), set
+  // |    reduce_issued, and append u to reduce_order_.
+  // | 3. While more than options_.prefetch are in flight, wait_reduce() the oldest.
+  if (options_.param_dtype != nn::DType::kF32) {
+    for (float& g : st.full_grads.span<float>()) {
+      g = options_.param_dtype == nn::DType::kF16 ? static_cast<float>(nn::f16(g)) : static_cast<float>(nn::bf16(g));
+    }
+  }
+  float* full = st.full_grads.data<float>();
+  const auto shard = static_cast<std::size_t>(st.layout.shard);
+  void* recv = options_.mode == ShardingMode::kZero1 ? static_cast<void*>(full + comm_.rank() * shard)
+                                                     : st.grad_shard.raw();
+  st.reduce = comm_.reduce_scatter(full, recv, shard, DType::kF32, ReduceOp::kAvg);
+  st.reduce_issued = true;
+  ++current_.reduce_scatters;
+  current_.reduce_scatter_bytes += st.layout.padded * 4;
+  reduce_order_.push_back(u);
+  while (static_cast<int>(reduce_order_.size()) > options_.prefetch) wait_reduce(reduce_order_.front());
+  // END SOLUTION
+}
+
+void ShardedTrainer::wait_reduce(int u) {
+  UnitState& st = units_.at(static_cast<std::size_t>(u));
+  // BEGIN SOLUTION(ShardedTrainer::wait_reduce)
+  // | wait_timed() unit u's reduce-scatter, clear reduce_issued, remove u from
+  // | reduce_order_, and (ZeRO-2, FSDP) release full_grads' storage.
+  wait_timed(st.reduce, "reduce_scatter " + st.name);
+  st.reduce_issued = false;
+  reduce_order_.erase(std::find(reduce_order_.begin(), reduce_order_.end(), u));
+  if (options_.mode != ShardingMode::kZero1) st.full_grads.storage()->release();
+  // END SOLUTION
+}
+
+void ShardedTrainer::optimizer_step() {
+  // BEGIN SOLUTION(ShardedTrainer::optimizer_step)
+  // | For every unit: its optimizer's step(shard, grad_shard), as spans of floats.
+  for (UnitState& st : units_) {
+    if (st.sgd) st.sgd->step(st.shard.span<float>(), st.grad_shard.span<float>());
+    if (st.adamw) st.adamw->step(st.shard.span<float>(), st.grad_shard.span<float>());
+  }
+  // END SOLUTION
+}
+
+StepResult ShardedTrainer::step(const nn::Tensor& x, const nn::Tensor& targets) {
+  current_ = {};
+  current_.scale = scale_;
+  // BEGIN SOLUTION(ShardedTrainer::step)
+  // | 1. forward, the loss (loss_.forward), backward of loss_.backward(scale_): the hooks
+  // |    do the per-unit work. current_.loss = this rank's loss.
+  // | 2. wait_reduce() every unit still in reduce_order_, oldest first.
+  // | 3. fp16 (param_dtype kF16): multiply every grad_shard element by 1 / scale_ and note
+  // |    any inf/NaN; sum a one-int flag over the ranks (comm_.allreduce_blocking); if any
+  // |    rank found one: skipped, scale_ halves, and nothing below happens.
+  // | 4. optimizer_step(), ++steps_; ZeRO-1/2: all-gather every unit's values in place
+  // |    (send = full_values + rank * shard), issue all, then wait_timed() each; count them.
+  const double loss = loss_.forward(model_.forward(x), targets);
+  model_.backward(loss_.backward(scale_));
+  current_.loss = loss;
+  while (!reduce_order_.empty()) wait_reduce(reduce_order_.front());
+  if (options_.param_dtype == nn::DType::kF16) {
+    const float inv = 1.0f / scale_;
+    bool found = false;
+    for (UnitState& st : units_) {
+      for (float& g : st.grad_shard.span<float>()) {
+        g *= inv;
+        found = found || !std::isfinite(g);
+      }
+    }
+    std::int32_t flag = found ? 1 : 0;
+    comm_.allreduce_blocking(std::span<std::int32_t>(&flag, 1), ReduceOp::kSum);
+    if (flag > 0) {
+      current_.skipped = true;
+      scale_ *= 0.5f;
+      return current_;
+    }
+  }
+  {
+    const double begin = clock_seconds();
+    optimizer_step();
+    if (options_.timeline) options_.timeline->add("compute", "optimizer", begin, clock_seconds());
+  }
+  ++steps_;
+  if (options_.mode != ShardingMode::kFsdp) {
+    const auto rank = static_cast<std::size_t>(comm_.rank());
+    for (UnitState& st : units_) {
+      float* full = st.full_values.data<float>();
+      const auto shard = static_cast<std::size_t>(st.layout.shard);
+      st.gather = comm_.allgather(full + rank * shard, full, shard, DType::kF32);
+      ++current_.allgathers;
+      current_.allgather_bytes += st.layout.padded * 4;
+    }
+    for (UnitState& st : units_) wait_timed(st.gather, "allgather " + st.name);
+  }
+  // END SOLUTION
+  if (options_.observer) options_.observer("step", -1);
+  return current_;
+}
+
+}  // namespace dtl::lab06
