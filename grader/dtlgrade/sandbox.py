@@ -97,7 +97,8 @@ class Sandbox:
             args += ["--bind", str(path), str(path)]
         cache = ccache_dir()
         if cache is not None:  # the compiler writes objects there; nothing of the submission runs in a build
-            args += ["--bind", str(cache), str(cache)]
+            # CCACHE_DIR too: inside, HOME is /tmp, where ccache would look for an empty cache.
+            args += ["--bind", str(cache), str(cache), "--setenv", "CCACHE_DIR", str(cache)]
         args += ["--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp", "--chdir", str(cwd), "--"]
         return args + cmd
 
