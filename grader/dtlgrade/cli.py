@@ -52,6 +52,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-hidden", action="store_true", help="skip the example hidden tests in grader/hidden")
     parser.add_argument("--keep", action="store_true", help="keep the pristine build folder and print its path")
     parser.add_argument("--verbose", action="store_true", help="print every test run's output")
+    parser.add_argument("--budget", metavar="SECONDS", type=float,
+                        help="seconds for all test runs of one grading (default: the rubric's budget)")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run the submission without bubblewrap: only where namespaces are refused (some "
                              "containers) and only for code you trust; the results say so")
@@ -74,6 +76,10 @@ def main(argv=None) -> int:
             if not d.is_dir():
                 raise GraderError(f"--hidden {d}: not a folder")
         lab = load_lab(args.lab, hidden_dirs)
+        if args.budget is not None:
+            if args.budget <= 0:
+                raise GraderError(f"--budget {args.budget:g}: must be a positive number of seconds")
+            lab.budget = args.budget
         if args.batch:
             return grade_batch(lab, Path(args.batch), Path(args.out), hidden_dirs, args)
         source, description = submission_sources(lab, args)

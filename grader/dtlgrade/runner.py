@@ -9,8 +9,10 @@ flood until every test has a result. Results come from gtest's JSON file and the
 progress file's `end` records (read_gtest_json(), read_progress()), never from
 what the program prints; a run the grader had to kill gets the tracer's report
 of where each rank was (trace_report()), and passes none of its tests. An
-Allowance bounds the whole: the lab's time budget, and a test program's second
-deadlock, after which its remaining tests are not run.
+Allowance bounds the whole: the lab's time budget (no run starts after it), and
+after a test program's second deadlock its remaining tests get a short timeout
+(a correct test takes well under a second; each further hang costs seconds, not
+a full timeout). Not "not run": a deadlocking ring must not cost the halo items.
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ from .lab import Item
 from .process import OUTPUT_FLOOD_BYTES, run_mpi
 
 
-DEADLOCKS_PER_BINARY = 2  # after this many, a test program's remaining tests are not run
+DEADLOCKS_PER_BINARY = 2   # after this many, a test program's remaining tests get...
+FOLLOWUP_TIMEOUT = 5.0     # ...this many seconds each (or their own timeout, if shorter)
 
 
 @dataclass
@@ -41,7 +44,8 @@ class TestResult:
 class Allowance:
     """What a lab's test runs may still spend: until `deadline` (monotonic clock; the
     rubric's `budget` seconds from the first run) and, per test program, how many
-    of its tests deadlocked or timed out (DEADLOCKS_PER_BINARY ends that program)."""
+    of its tests deadlocked or timed out (from DEADLOCKS_PER_BINARY on, the
+    program's tests get FOLLOWUP_TIMEOUT seconds each)."""
     budget: float
     deadline: float
     deadlocks: dict[str, int] = field(default_factory=dict)
@@ -50,14 +54,18 @@ class Allowance:
     def starting_now(cls, budget: float) -> "Allowance":
         return cls(budget, time.monotonic() + budget)
 
-    def refusal(self, kind: str) -> str | None:
-        """Why the next run of test program `kind` is not started, or None."""
-        if self.deadlocks.get(kind, 0) >= DEADLOCKS_PER_BINARY:
-            return (f"not run: {self.deadlocks[kind]} earlier tests of this program deadlocked or timed out, "
-                    "so its remaining tests are not run (each would cost a full timeout)")
+    def refusal(self) -> str | None:
+        """Why no further run is started, or None."""
         if time.monotonic() > self.deadline:
             return f"not run: the lab's time budget of {self.budget:g} s for test runs was spent"
         return None
+
+    def timeout(self, kind: str, own: float) -> float:
+        """The timeout a test of program `kind` runs with (its own is `own`)."""
+        return min(own, FOLLOWUP_TIMEOUT) if self.shortened(kind) else own
+
+    def shortened(self, kind: str) -> bool:
+        return self.deadlocks.get(kind, 0) >= DEADLOCKS_PER_BINARY
 
 
 def read_progress(path: Path) -> list[dict]:
@@ -130,15 +138,17 @@ def run_tests(binary: Path, np: int, names: list[str], timeouts: dict[str, float
     """Runs `names` at `np` ranks, each with its own timeout (the test main's
     watchdog), resuming after a crash, a timeout or a flood, until every test
     has a result or the allowance refuses another run."""
-    default = min(timeouts[n] for n in names) if names else 10.0
-    overrides = ",".join(f"{n}={timeouts[n]:g}" for n in names if timeouts[n] != default)
     results: dict[str, TestResult] = {}
     remaining = list(names)
     while remaining:
-        refused = allowance.refusal(kind) if allowance is not None else None
+        refused = allowance.refusal() if allowance is not None else None
         if refused is not None:
             results.update({name: TestResult("not_run", refused) for name in remaining})
             break
+        shortened = allowance is not None and allowance.shortened(kind)
+        timeouts = {n: allowance.timeout(kind, t) for n, t in timeouts.items()} if allowance else timeouts
+        default = min(timeouts[n] for n in remaining)
+        overrides = ",".join(f"{n}={timeouts[n]:g}" for n in remaining if timeouts[n] != default)
         run_dir = Path(tempfile.mkdtemp(prefix=f"np{np}-", dir=work))
         trace_dir = run_dir / "trace"
         trace_dir.mkdir()
@@ -172,7 +182,9 @@ def run_tests(binary: Path, np: int, names: list[str], timeouts: dict[str, float
             timeout_event = next((e for e in events if e.get("event") == "timeout" and e["test"] == culprit), None)
             tail = run.output[-2500:]
             if timeout_event is not None:
-                finished[culprit] = TestResult("timeout", timeout_event["report"], timeouts[culprit])
+                why = (f"(this program had deadlocked {DEADLOCKS_PER_BINARY} times already, so its remaining "
+                       f"tests got {FOLLOWUP_TIMEOUT:g} s each)\n" if shortened else "")
+                finished[culprit] = TestResult("timeout", why + timeout_event["report"], timeouts[culprit])
             elif run.flooded:
                 finished[culprit] = TestResult(
                     "flood", f"{culprit} printed more than {OUTPUT_FLOOD_BYTES >> 20} MiB of output; "

@@ -61,8 +61,30 @@ class TestDeadlock(helpers.GraderAssertions, unittest.TestCase):
             self.assertIn("MPI_Send(dest=", t["output"], t["name"])
         self.assertIn("DEADLOCK", self.graded.output)
         self.assertRegex(self.graded.output, r"rank 1: in MPI_Send\(dest=0, tag=\d+, ")
+        # The third hang (the 1000 B shift at 1 rank) ran with the short follow-up timeout.
+        self.assertIn("had deadlocked 2 times already, so its remaining tests got 5 s each",
+                      "\n".join(t["output"] for t in self.hanging_items()))
 
     def test_finishes_within_deadline(self):
+        self.assertLess(self.graded.seconds, DEADLINE)
+
+
+class TestBudget(helpers.GraderAssertions, unittest.TestCase):
+    """The same ring with a budget of 15 s for the test runs: the first deadlock
+    (10 s) spends most of it, the runs after it are not started ("not run: the
+    lab's time budget ... was spent"), and the grading ends soon after."""
+
+    @classmethod
+    def setUpClass(cls):
+        sub = helpers.make_submission(helpers.temp_folder(cls) / "sub", "ring_shift", DEADLOCKING_RING)
+        cls.graded = helpers.grade("--submission", str(sub), "--no-hidden", "--budget", "15")
+
+    def test_runs_stop_at_the_budget(self):
+        self.assertEqual(self.graded.returncode, 0, self.graded.output[-3000:])
+        self.assertGradescopeJson(self.graded)
+        outputs = "\n".join(t["output"] for t in self.graded.json["tests"])
+        self.assertIn("not run: the lab's time budget of 15 s for test runs was spent", outputs)
+        self.assertIn("DEADLOCK in Ring.", outputs)  # the first hang is still reported as one
         self.assertLess(self.graded.seconds, DEADLINE)
 
 
