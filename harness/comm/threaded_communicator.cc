@@ -1,6 +1,8 @@
 // A Communicator from blocking functions, run in issue order on a CommThread.
 #include "harness/comm/threaded_communicator.h"
 
+#include <algorithm>
+#include <string>
 #include <utility>
 
 #include "harness/comm/mpi_communicator.h"
@@ -23,6 +25,15 @@ void require_op(const F& function, const char* collective, const std::string& na
   DTL_REQUIRE_ARG(static_cast<bool>(function), collective, "ops",
                   "has no " + std::string(collective) + " function in backend '" + name + "'");
 }
+
+void require_dtype(const std::vector<DType>& dtypes, DType dtype, const char* collective, const std::string& name) {
+  if (dtypes.empty() || std::find(dtypes.begin(), dtypes.end(), dtype) != dtypes.end()) return;
+  std::string known;
+  for (DType d : dtypes) known += (known.empty() ? "" : ", ") + std::string(dtype_name(d));
+  throw_invalid_argument(collective, "dtype",
+                         std::string(dtype_name(dtype)) + " is not supported by backend '" + name + "' (it takes " +
+                             known + ")");
+}
 }  // namespace
 
 ThreadedCommunicator::ThreadedCommunicator(MPI_Comm parent, std::string name, BlockingCollectives ops)
@@ -34,6 +45,7 @@ ThreadedCommunicator::~ThreadedCommunicator() { thread_.reset(); }  // drain, th
 
 std::unique_ptr<WorkImpl> ThreadedCommunicator::do_allreduce(void* buf, const OpInfo& info) {
   require_op(ops_.allreduce, "allreduce", name_);
+  require_dtype(ops_.dtypes, info.dtype, "allreduce", name_);
   return thread_->submit(info.description, [this, buf, info] {
     ops_.allreduce(comm_.get(), buf, info.count, info.dtype, info.op);
   });
@@ -41,6 +53,7 @@ std::unique_ptr<WorkImpl> ThreadedCommunicator::do_allreduce(void* buf, const Op
 
 std::unique_ptr<WorkImpl> ThreadedCommunicator::do_broadcast(void* buf, const OpInfo& info) {
   require_op(ops_.broadcast, "broadcast", name_);
+  require_dtype(ops_.dtypes, info.dtype, "broadcast", name_);
   return thread_->submit(info.description, [this, buf, info] {
     ops_.broadcast(comm_.get(), buf, info.count, info.dtype, info.root);
   });
@@ -49,6 +62,7 @@ std::unique_ptr<WorkImpl> ThreadedCommunicator::do_broadcast(void* buf, const Op
 std::unique_ptr<WorkImpl> ThreadedCommunicator::do_reduce_scatter(const void* send_buf, void* recv_buf,
                                                                  const OpInfo& info) {
   require_op(ops_.reduce_scatter, "reduce_scatter", name_);
+  require_dtype(ops_.dtypes, info.dtype, "reduce_scatter", name_);
   return thread_->submit(info.description, [this, send_buf, recv_buf, info] {
     ops_.reduce_scatter(comm_.get(), send_buf, recv_buf, info.count, info.dtype, info.op);
   });
@@ -57,6 +71,7 @@ std::unique_ptr<WorkImpl> ThreadedCommunicator::do_reduce_scatter(const void* se
 std::unique_ptr<WorkImpl> ThreadedCommunicator::do_allgather(const void* send_buf, void* recv_buf,
                                                              const OpInfo& info) {
   require_op(ops_.allgather, "allgather", name_);
+  require_dtype(ops_.dtypes, info.dtype, "allgather", name_);
   return thread_->submit(info.description, [this, send_buf, recv_buf, info] {
     ops_.allgather(comm_.get(), send_buf, recv_buf, info.count, info.dtype);
   });

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "harness/comm/communicator.h"
 #include "harness/comm/mpi.h"
@@ -41,6 +42,10 @@ struct BlockingCollectives {
   /// Allgather of P blocks of `send_count` (layout of Communicator::allgather()).
   std::function<void(MPI_Comm comm, const void* send_buf, void* recv_buf, std::size_t send_count, DType dtype)>
       allgather;
+  /// The element types the functions take (empty: any). Another type is refused
+  /// when the operation is issued (InvalidArgument naming the collective, the type
+  /// and these), not later on the thread.
+  std::vector<DType> dtypes;
 };
 
 /// @brief dtl::Communicator over blocking collective functions run on a CommThread.

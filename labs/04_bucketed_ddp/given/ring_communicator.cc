@@ -3,11 +3,12 @@
 //
 // What this file teaches: an adapter. The reducer speaks only dtl::Communicator
 // (asynchronous operations with Work handles); lab 03's ring is a set of
-// *blocking* functions over an MPI communicator. A communication thread
-// (dtl::CommThread, FIFO) turns blocking calls into asynchronous ones: issue
-// returns at once, the thread runs the ring while backward computes, and wait()
-// returns when the thread is done. See Note [Why a communication thread] in
-// harness/comm/mpi_communicator.h for why a thread (and MPI_THREAD_MULTIPLE).
+// *blocking* functions over an MPI communicator. dtl::ThreadedCommunicator
+// (harness/comm/threaded_communicator.h) turns blocking functions into an
+// asynchronous backend: issue returns at once, its communication thread runs the
+// ring while backward computes, and wait() returns when the thread is done. See
+// Note [Why a communication thread] in harness/comm/mpi_communicator.h for why a
+// thread (and MPI_THREAD_MULTIPLE). All this file adds is the four functions.
 //
 // The thread works on its own duplicate of the parent communicator, so the
 // ring's messages (tag kRingTag) never match anything the main thread sends.
@@ -23,6 +24,7 @@
 #include "harness/comm/emulated_communicator.h"
 #include "harness/comm/mpi.h"
 #include "harness/comm/mpi_communicator.h"
+#include "harness/comm/threaded_communicator.h"
 #include "harness/error.h"
 #include "lab03/ring.h"
 #include "lab04/ddp.h"
@@ -38,16 +40,14 @@ constexpr int kRingTag = 404;
 
 lab03::Op ring_op(ReduceOp op) { return op == ReduceOp::kAvg ? lab03::Op::kAvg : lab03::Op::kSum; }
 
-// Runs `fn` with the buffer typed as the OpInfo's dtype (f32, f64, i32).
+// Runs `fn` with the buffer typed as `dtype` (f32, f64, i32: the types the
+// backend declares, so ThreadedCommunicator refused any other when it was issued).
 template <typename Fn>
-void typed(DType dtype, const char* what, Fn&& fn) {
+void typed(DType dtype, Fn&& fn) {
   switch (dtype) {
     case DType::kF32: fn(float{}); return;
     case DType::kF64: fn(double{}); return;
-    case DType::kI32: fn(std::int32_t{}); return;
-    default:
-      throw InvalidArgument(std::string("RingCommunicator: ") + what + " of " + dtype_name(dtype) +
-                            " is not supported (lab 03's ring takes f32, f64 and i32)");
+    default: fn(std::int32_t{}); return;
   }
 }
 
@@ -63,78 +63,62 @@ void run_ring(Call&& call) {
   }
 }
 
+int rank_of(MPI_Comm comm) {
+  int rank = 0;
+  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  return rank;
+}
+
+int size_of(MPI_Comm comm) {
+  int size = 1;
+  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  return size;
+}
+
 }  // namespace
 
-RingCommunicator::RingCommunicator(MPI_Comm parent) {
-  if (!MpiCommunicator::thread_multiple_available()) {
-    throw Error("RingCommunicator: needs MPI_THREAD_MULTIPLE (its thread calls MPI while the main thread may too)");
-  }
-  DTL_MPI_CHECK(MPI_Comm_dup(parent, &comm_));
-  DTL_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
-  DTL_MPI_CHECK(MPI_Comm_size(comm_, &size_));
-  thread_ = std::make_unique<CommThread>("lab03-ring");
-}
-
-RingCommunicator::~RingCommunicator() {
-  thread_.reset();  // runs what is queued (every rank issued it), then joins
-  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
-}
-
-std::unique_ptr<WorkImpl> RingCommunicator::do_allreduce(void* buf, const OpInfo& info) {
-  MPI_Comm comm = comm_;
-  typed(info.dtype, "allreduce", [](auto) {});  // refuse unsupported types now, not on the thread
-  return thread_->submit(info.description, [comm, buf, info] {
-    typed(info.dtype, "allreduce", [&](auto zero) {
+std::unique_ptr<Communicator> make_ring_communicator(MPI_Comm parent) {
+  BlockingCollectives ops;
+  ops.dtypes = {DType::kF32, DType::kF64, DType::kI32};
+  ops.allreduce = [](MPI_Comm comm, void* buf, std::size_t count, DType dtype, ReduceOp op) {
+    typed(dtype, [&](auto zero) {
       using T = decltype(zero);
-      run_ring([&] { lab03::allreduce_ring<T>(comm, {static_cast<T*>(buf), info.count}, ring_op(info.op), kRingTag); });
+      run_ring([&] { lab03::allreduce_ring<T>(comm, {static_cast<T*>(buf), count}, ring_op(op), kRingTag); });
     });
-  });
-}
-
-std::unique_ptr<WorkImpl> RingCommunicator::do_broadcast(void* buf, const OpInfo& info) {
-  MPI_Comm comm = comm_;
-  const int bytes = to_mpi_count(info.count * dtype_size(info.dtype), "RingCommunicator::broadcast", "buf");
-  return thread_->submit(info.description, [comm, buf, bytes, info] {
-    DTL_MPI_CHECK(MPI_Bcast(buf, bytes, MPI_BYTE, info.root, comm));
-  });
-}
-
-std::unique_ptr<WorkImpl> RingCommunicator::do_reduce_scatter(const void* send_buf, void* recv_buf,
-                                                              const OpInfo& info) {
-  MPI_Comm comm = comm_;
-  const int rank = rank_, size = size_;
-  typed(info.dtype, "reduce_scatter", [](auto) {});
-  return thread_->submit(info.description, [comm, send_buf, recv_buf, info, rank, size] {
-    typed(info.dtype, "reduce_scatter", [&](auto zero) {
+  };
+  ops.broadcast = [](MPI_Comm comm, void* buf, std::size_t count, DType dtype, int root) {
+    const int bytes = to_mpi_count(count * dtype_size(dtype), "lab03-ring broadcast", "buf");
+    DTL_MPI_CHECK(MPI_Bcast(buf, bytes, MPI_BYTE, root, comm));
+  };
+  ops.reduce_scatter = [](MPI_Comm comm, const void* send_buf, void* recv_buf, std::size_t recv_count, DType dtype,
+                          ReduceOp op) {
+    typed(dtype, [&](auto zero) {
       using T = decltype(zero);
+      const auto rank = static_cast<std::size_t>(rank_of(comm)), size = static_cast<std::size_t>(size_of(comm));
       // The ring reduces in place: work on a copy, whose chunk `rank` is block `rank`.
-      std::vector<T> scratch(static_cast<const T*>(send_buf), static_cast<const T*>(send_buf) + size * info.count);
-      run_ring([&] { lab03::reduce_scatter_ring<T>(comm, std::span<T>(scratch), ring_op(info.op), kRingTag); });
-      std::memcpy(recv_buf, scratch.data() + rank * info.count, info.count * sizeof(T));
+      std::vector<T> scratch(static_cast<const T*>(send_buf), static_cast<const T*>(send_buf) + size * recv_count);
+      run_ring([&] { lab03::reduce_scatter_ring<T>(comm, std::span<T>(scratch), ring_op(op), kRingTag); });
+      std::memcpy(recv_buf, scratch.data() + rank * recv_count, recv_count * sizeof(T));
     });
-  });
-}
-
-std::unique_ptr<WorkImpl> RingCommunicator::do_allgather(const void* send_buf, void* recv_buf, const OpInfo& info) {
-  MPI_Comm comm = comm_;
-  const int rank = rank_, size = size_;
-  typed(info.dtype, "allgather", [](auto) {});
-  return thread_->submit(info.description, [comm, send_buf, recv_buf, info, rank, size] {
-    typed(info.dtype, "allgather", [&](auto zero) {
+  };
+  ops.allgather = [](MPI_Comm comm, const void* send_buf, void* recv_buf, std::size_t send_count, DType dtype) {
+    typed(dtype, [&](auto zero) {
       using T = decltype(zero);
+      const auto rank = static_cast<std::size_t>(rank_of(comm)), size = static_cast<std::size_t>(size_of(comm));
       T* out = static_cast<T*>(recv_buf);
-      if (static_cast<const T*>(send_buf) != out + rank * info.count) {
-        std::memmove(out + rank * info.count, send_buf, info.count * sizeof(T));
+      if (static_cast<const T*>(send_buf) != out + rank * send_count) {
+        std::memmove(out + rank * send_count, send_buf, send_count * sizeof(T));
       }
-      run_ring([&] { lab03::allgather_ring<T>(comm, std::span<T>(out, size * info.count), kRingTag); });
+      run_ring([&] { lab03::allgather_ring<T>(comm, std::span<T>(out, size * send_count), kRingTag); });
     });
-  });
+  };
+  return std::make_unique<ThreadedCommunicator>(parent, "lab03-ring", std::move(ops));
 }
 
 std::unique_ptr<Communicator> make_communicator(const std::string& name, MPI_Comm parent) {
   if (name == "mpi-thread") return std::make_unique<MpiCommunicator>(parent, MpiMode::kThread);
   if (name == "mpi-nonblocking") return std::make_unique<MpiCommunicator>(parent, MpiMode::kNonblocking);
-  if (name == "ring") return std::make_unique<RingCommunicator>(parent);
+  if (name == "ring") return make_ring_communicator(parent);
   if (name == "nccl") {
     // Device buffers only: lab 04's model computes on the CPU, so this backend is
     // for the GPU labs. NCCL needs one GPU per rank (NcclCommunicator says why not).
