@@ -165,53 +165,64 @@ void rethrow_with_context(std::exception_ptr error, const std::string& context) 
 // The communication thread
 // ---------------------------------------------------------------------------
 
-// One queued call, shared by the thread and the Work on the caller's side.
-struct detail::CommTask {
+// One queued call: its completion is shared by the thread and the Work on the caller's side.
+struct detail::CommTask : detail::Completion {
   std::function<void()> call;
-  std::mutex mutex;
-  std::condition_variable cv;
-  bool done = false;
-  std::exception_ptr error;
-  double start = 0.0;
-  double end = 0.0;
 };
+
+void detail::Completion::complete(std::exception_ptr failure, double start_seconds) {
+  {
+    std::lock_guard lock(mutex);
+    start = start_seconds;
+    end = clock_seconds();
+    error = std::move(failure);
+    done = true;
+  }
+  cv.notify_all();
+}
 
 namespace {
 
-// The caller's side of one queued call.
-class CommThreadWork final : public WorkImpl {
+// The caller's side of a Completion (a CommThread's call, a polled MPI request).
+class CompletionWork final : public WorkImpl {
  public:
-  CommThreadWork(std::string description, std::shared_ptr<detail::CommTask> task)
-      : WorkImpl(std::move(description)), task_(std::move(task)) {}
+  CompletionWork(std::string description, std::shared_ptr<detail::Completion> completion)
+      : WorkImpl(std::move(description)), completion_(std::move(completion)) {}
 
   bool test() override {
-    std::lock_guard lock(task_->mutex);
+    std::lock_guard lock(completion_->mutex);
     return finished();
   }
   bool wait_until(double deadline_seconds) override {
-    std::unique_lock lock(task_->mutex);
-    while (!task_->done) {
+    std::unique_lock lock(completion_->mutex);
+    while (!completion_->done) {
       const double left = deadline_seconds - clock_seconds();
       if (left <= 0) return false;
       // Sleep on the condition variable: the caller's thread gives its core away.
-      task_->cv.wait_for(lock, std::chrono::duration<double>(std::min(left, 3600.0)));
+      completion_->cv.wait_for(lock, std::chrono::duration<double>(std::min(left, 3600.0)));
     }
     return finished();
   }
 
  private:
-  bool finished() {  // caller holds task_->mutex
-    if (!task_->done) return false;
-    set_start(task_->start);
-    set_end(task_->end);
-    if (task_->error) std::rethrow_exception(task_->error);
+  bool finished() {  // caller holds completion_->mutex
+    if (!completion_->done) return false;
+    if (completion_->start > 0.0) set_start(completion_->start);
+    set_end(completion_->end);
+    if (completion_->error) std::rethrow_exception(completion_->error);
     return true;
   }
 
-  std::shared_ptr<detail::CommTask> task_;
+  std::shared_ptr<detail::Completion> completion_;
 };
 
 }  // namespace
+
+namespace detail {
+std::unique_ptr<WorkImpl> completion_work(std::string description, std::shared_ptr<Completion> completion) {
+  return std::make_unique<CompletionWork>(std::move(description), std::move(completion));
+}
+}  // namespace detail
 
 CommThread::CommThread(std::string name) : name_(std::move(name)), thread_([this] { run(); }) {}
 
@@ -227,7 +238,7 @@ CommThread::~CommThread() {
 std::unique_ptr<WorkImpl> CommThread::submit(std::string description, std::function<void()> call) {
   auto task = std::make_shared<detail::CommTask>();
   task->call = std::move(call);
-  auto work = std::make_unique<CommThreadWork>(std::move(description), task);
+  auto work = detail::completion_work(std::move(description), task);
   {
     std::lock_guard lock(mutex_);
     queue_.push_back(std::move(task));
@@ -259,14 +270,7 @@ void CommThread::run() {
     } catch (...) {
       error = std::current_exception();
     }
-    {
-      std::lock_guard lock(task->mutex);
-      task->start = start;
-      task->end = clock_seconds();
-      task->error = error;
-      task->done = true;
-    }
-    task->cv.notify_all();
+    task->complete(error, start);
     std::lock_guard lock(mutex_);
     --running_;
   }

@@ -262,7 +262,42 @@ class Work {
   bool done_ = false;
 };
 
+/// @brief Declares, inside a backend class deriving from Communicator (under
+/// `protected:`), the four operations every backend implements: Communicator's
+/// do_allreduce(), do_broadcast(), do_reduce_scatter() and do_allgather(), whose
+/// contracts are documented there once. What a backend does for each is said
+/// beside its definition, in the backend's .cc file.
+#define DTL_COMMUNICATOR_OPERATIONS                                                                       \
+  std::unique_ptr<WorkImpl> do_allreduce(void* buf, const OpInfo& info) override;                          \
+  std::unique_ptr<WorkImpl> do_broadcast(void* buf, const OpInfo& info) override;                          \
+  std::unique_ptr<WorkImpl> do_reduce_scatter(const void* send_buf, void* recv_buf, const OpInfo& info) override; \
+  std::unique_ptr<WorkImpl> do_allgather(const void* send_buf, void* recv_buf, const OpInfo& info) override
+
 namespace detail {
+
+/// @brief The completion of an operation that a background thread finishes (a
+/// CommThread's call, a polled MPI request): set once by that thread, waited on by
+/// the caller's Work (completion_work()). Never calls MPI on the caller's side.
+struct Completion {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;  ///< what the operation threw, rethrown by the Work
+  double start = 0.0;        ///< when its data started to move (0: unknown, keep the issue time)
+  double end = 0.0;          ///< when it completed
+
+  /// @brief Marks it done (by the background thread) and wakes the waiters.
+  /// @param[in] failure what the operation threw, or null.
+  /// @param[in] start_seconds when it started (0: unknown).
+  void complete(std::exception_ptr failure, double start_seconds);
+};
+
+/// @brief The caller's side of a Completion: test() and wait_until() on it.
+/// @param[in] description what the operation is, for messages.
+/// @param[in] completion set by the background thread.
+/// @return the WorkImpl of a Work.
+std::unique_ptr<WorkImpl> completion_work(std::string description, std::shared_ptr<Completion> completion);
+
 struct CommTask;  // one queued call of a CommThread
 }  // namespace detail
 

@@ -212,19 +212,23 @@ std::unique_ptr<WorkImpl> EmulatedCommunicator::emulate(const OpInfo& info, Work
   return std::make_unique<EmulatedWork>(info.description, std::move(inner), start, start + seconds, late_);
 }
 
+// do_allreduce: The inner allreduce, completed at the model's time.
 std::unique_ptr<WorkImpl> EmulatedCommunicator::do_allreduce(void* buf, const OpInfo& info) {
   return emulate(info, inner_->allreduce(buf, info.count, info.dtype, info.op));
 }
 
+// do_broadcast: The inner broadcast, completed at the model's time.
 std::unique_ptr<WorkImpl> EmulatedCommunicator::do_broadcast(void* buf, const OpInfo& info) {
   return emulate(info, inner_->broadcast(buf, info.count, info.dtype, info.root));
 }
 
+// do_reduce_scatter: The inner reduce-scatter, completed at the model's time.
 std::unique_ptr<WorkImpl> EmulatedCommunicator::do_reduce_scatter(const void* send_buf, void* recv_buf,
                                                                   const OpInfo& info) {
   return emulate(info, inner_->reduce_scatter(send_buf, recv_buf, info.count, info.dtype, info.op));
 }
 
+// do_allgather: The inner allgather, completed at the model's time.
 std::unique_ptr<WorkImpl> EmulatedCommunicator::do_allgather(const void* send_buf, void* recv_buf,
                                                               const OpInfo& info) {
   return emulate(info, inner_->allgather(send_buf, recv_buf, info.count, info.dtype));

@@ -114,20 +114,7 @@ class EmulatedCommunicator final : public Communicator {
   std::size_t late_operations() const noexcept { return late_->load(); }
 
  protected:
-  /// @brief The inner allreduce, completed at the model's time.
-  /// @param[in,out] buf the buffer. @param[in] info the operation. @return the operation.
-  std::unique_ptr<WorkImpl> do_allreduce(void* buf, const OpInfo& info) override;
-  /// @brief The inner broadcast, completed at the model's time.
-  /// @param[in,out] buf the buffer. @param[in] info the operation. @return the operation.
-  std::unique_ptr<WorkImpl> do_broadcast(void* buf, const OpInfo& info) override;
-  /// @brief The inner reduce-scatter, completed at the model's time.
-  /// @param[in] send_buf P blocks. @param[out] recv_buf one block. @param[in] info the operation.
-  /// @return the operation.
-  std::unique_ptr<WorkImpl> do_reduce_scatter(const void* send_buf, void* recv_buf, const OpInfo& info) override;
-  /// @brief The inner allgather, completed at the model's time.
-  /// @param[in] send_buf one block. @param[out] recv_buf P blocks. @param[in] info the operation.
-  /// @return the operation.
-  std::unique_ptr<WorkImpl> do_allgather(const void* send_buf, void* recv_buf, const OpInfo& info) override;
+  DTL_COMMUNICATOR_OPERATIONS;  // contracts on Communicator; what this backend does: the .cc
 
  private:
   std::unique_ptr<WorkImpl> emulate(const OpInfo& info, Work inner);

@@ -84,15 +84,10 @@ class RequestWork final : public WorkImpl {
 namespace detail {
 
 // One request the progress thread watches, shared with the caller's Work.
-struct PollTask {
+struct PollTask : Completion {
   MPI_Request request = MPI_REQUEST_NULL;
   std::function<void()> finish;
   std::shared_ptr<void> keep_alive;
-  std::mutex mutex;
-  std::condition_variable cv;
-  bool done = false;
-  std::exception_ptr error;
-  double end = 0.0;
 };
 
 class Poller {
@@ -149,13 +144,7 @@ class Poller {
       flag = 1;
     }
     if (!flag) return;
-    {
-      std::lock_guard lock(task.mutex);
-      task.done = true;
-      task.error = error;
-      task.end = clock_seconds();
-    }
-    task.cv.notify_all();
+    task.complete(error, 0.0);  // the start is unknown: the Work keeps its issue time
   }
 
   std::mutex mutex_;
@@ -166,39 +155,6 @@ class Poller {
 };
 
 }  // namespace detail
-
-namespace {
-
-// The caller's side of a polled request: waits on the task, never calls MPI.
-class PolledWork final : public WorkImpl {
- public:
-  PolledWork(std::string description, std::shared_ptr<detail::PollTask> task)
-      : WorkImpl(std::move(description)), task_(std::move(task)) {}
-  bool test() override {
-    std::lock_guard lock(task_->mutex);
-    return finished();
-  }
-  bool wait_until(double deadline_seconds) override {
-    std::unique_lock lock(task_->mutex);
-    while (!task_->done) {
-      const double left = deadline_seconds - clock_seconds();
-      if (left <= 0) return false;
-      task_->cv.wait_for(lock, std::chrono::duration<double>(std::min(left, 3600.0)));
-    }
-    return finished();
-  }
-
- private:
-  bool finished() {  // caller holds task_->mutex
-    if (!task_->done) return false;
-    set_end(task_->end);
-    if (task_->error) std::rethrow_exception(task_->error);
-    return true;
-  }
-  std::shared_ptr<detail::PollTask> task_;
-};
-
-}  // namespace
 
 const char* mpi_mode_name(MpiMode mode) {
   switch (mode) {
@@ -260,13 +216,14 @@ std::unique_ptr<WorkImpl> MpiCommunicator::start(const OpInfo& info, std::functi
     task->request = request;
     task->finish = std::move(finish);
     task->keep_alive = std::move(keep_alive);
-    auto work = std::make_unique<PolledWork>(info.description, task);
+    auto work = detail::completion_work(info.description, task);  // waits on the task, never calls MPI
     poller_->watch(std::move(task));
     return work;
   }
   return std::make_unique<RequestWork>(info.description, request, std::move(finish), std::move(keep_alive));
 }
 
+// do_allreduce: MPI_Iallreduce or MPI_Allreduce (MPI_IN_PLACE, MPI_SUM), then the division for kAvg.
 std::unique_ptr<WorkImpl> MpiCommunicator::do_allreduce(void* buf, const OpInfo& info) {
   require_reducible("allreduce", info.dtype);
   const int count = to_mpi_count(info.count, "allreduce", "count");
@@ -284,6 +241,7 @@ std::unique_ptr<WorkImpl> MpiCommunicator::do_allreduce(void* buf, const OpInfo&
       std::move(finish), nullptr);
 }
 
+// do_broadcast: MPI_Ibcast or MPI_Bcast.
 std::unique_ptr<WorkImpl> MpiCommunicator::do_broadcast(void* buf, const OpInfo& info) {
   const int count = to_mpi_count(info.count, "broadcast", "count");
   const MPI_Datatype type = mpi_type(info.dtype);
@@ -295,6 +253,7 @@ std::unique_ptr<WorkImpl> MpiCommunicator::do_broadcast(void* buf, const OpInfo&
       nullptr);
 }
 
+// do_reduce_scatter: MPI_(I)reduce_scatter_block; in place through a copy of the input.
 std::unique_ptr<WorkImpl> MpiCommunicator::do_reduce_scatter(const void* send_buf, void* recv_buf,
                                                              const OpInfo& info) {
   require_reducible("reduce_scatter", info.dtype);
@@ -324,6 +283,7 @@ std::unique_ptr<WorkImpl> MpiCommunicator::do_reduce_scatter(const void* send_bu
       std::move(finish), copy);
 }
 
+// do_allgather: MPI_(I)allgather; in place with MPI_IN_PLACE.
 std::unique_ptr<WorkImpl> MpiCommunicator::do_allgather(const void* send_buf, void* recv_buf, const OpInfo& info) {
   const int count = to_mpi_count(info.count, "allgather", "send_count");
   to_mpi_count(info.count * static_cast<std::size_t>(info.world_size), "allgather", "recv_buf");

@@ -114,20 +114,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm get() const noexcept { return comm_.get(); }
 
  protected:
-  /// @brief MPI_Iallreduce or MPI_Allreduce (MPI_IN_PLACE, MPI_SUM), then the division for kAvg.
-  /// @param[in,out] buf the buffer. @param[in] info the operation. @return the operation.
-  std::unique_ptr<WorkImpl> do_allreduce(void* buf, const OpInfo& info) override;
-  /// @brief MPI_Ibcast or MPI_Bcast.
-  /// @param[in,out] buf the buffer. @param[in] info the operation. @return the operation.
-  std::unique_ptr<WorkImpl> do_broadcast(void* buf, const OpInfo& info) override;
-  /// @brief MPI_(I)reduce_scatter_block; in place through a copy of the input.
-  /// @param[in] send_buf P blocks. @param[out] recv_buf one block. @param[in] info the operation.
-  /// @return the operation.
-  std::unique_ptr<WorkImpl> do_reduce_scatter(const void* send_buf, void* recv_buf, const OpInfo& info) override;
-  /// @brief MPI_(I)allgather; in place with MPI_IN_PLACE.
-  /// @param[in] send_buf one block. @param[out] recv_buf P blocks. @param[in] info the operation.
-  /// @return the operation.
-  std::unique_ptr<WorkImpl> do_allgather(const void* send_buf, void* recv_buf, const OpInfo& info) override;
+  DTL_COMMUNICATOR_OPERATIONS;  // contracts on Communicator; what this backend does: the .cc
 
  private:
   // Runs `blocking` on the thread (thread mode) or `nonblocking` now (nonblocking

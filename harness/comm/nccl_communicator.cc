@@ -225,6 +225,7 @@ const void* NcclCommunicator::input_copy_if_overlapping(const void* send_buf, st
   return *scratch;
 }
 
+// do_allreduce: ncclAllReduce in place (ncclSum, or ncclAvg for kAvg) on the side stream.
 std::unique_ptr<WorkImpl> NcclCommunicator::do_allreduce(void* buf, const OpInfo& info) {
   ncclComm_t comm = nccl_.get();
   return launch(info, [&](cudaStream_t side) {
@@ -233,6 +234,7 @@ std::unique_ptr<WorkImpl> NcclCommunicator::do_allreduce(void* buf, const OpInfo
   });
 }
 
+// do_broadcast: ncclBroadcast in place on the side stream.
 std::unique_ptr<WorkImpl> NcclCommunicator::do_broadcast(void* buf, const OpInfo& info) {
   ncclComm_t comm = nccl_.get();
   return launch(info, [&](cudaStream_t side) {
@@ -240,6 +242,7 @@ std::unique_ptr<WorkImpl> NcclCommunicator::do_broadcast(void* buf, const OpInfo
   });
 }
 
+// do_reduce_scatter: ncclReduceScatter on the side stream (in place in NCCL's layout).
 std::unique_ptr<WorkImpl> NcclCommunicator::do_reduce_scatter(const void* send_buf, void* recv_buf,
                                                               const OpInfo& info) {
   ncclComm_t comm = nccl_.get();
@@ -256,6 +259,7 @@ std::unique_ptr<WorkImpl> NcclCommunicator::do_reduce_scatter(const void* send_b
   });
 }
 
+// do_allgather: ncclAllGather on the side stream (in place in NCCL's layout).
 std::unique_ptr<WorkImpl> NcclCommunicator::do_allgather(const void* send_buf, void* recv_buf, const OpInfo& info) {
   ncclComm_t comm = nccl_.get();
   const std::size_t block_bytes = info.count * dtype_size(info.dtype);

@@ -120,24 +120,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t get() const noexcept { return nccl_.get(); }
 
  protected:
-  /// @brief ncclAllReduce in place (ncclSum, or ncclAvg for kAvg) on the side stream.
-  /// @param[in,out] buf device buffer. @param[in] info the operation. @return the operation.
-  /// @throws CudaError or NcclError naming the operation and rank if issuing fails.
-  std::unique_ptr<WorkImpl> do_allreduce(void* buf, const OpInfo& info) override;
-  /// @brief ncclBroadcast in place on the side stream.
-  /// @param[in,out] buf device buffer. @param[in] info the operation. @return the operation.
-  /// @throws CudaError or NcclError naming the operation and rank if issuing fails.
-  std::unique_ptr<WorkImpl> do_broadcast(void* buf, const OpInfo& info) override;
-  /// @brief ncclReduceScatter on the side stream (in place in NCCL's layout).
-  /// @param[in] send_buf P device blocks. @param[out] recv_buf one device block.
-  /// @param[in] info the operation. @return the operation.
-  /// @throws CudaError or NcclError naming the operation and rank if issuing fails.
-  std::unique_ptr<WorkImpl> do_reduce_scatter(const void* send_buf, void* recv_buf, const OpInfo& info) override;
-  /// @brief ncclAllGather on the side stream (in place in NCCL's layout).
-  /// @param[in] send_buf one device block. @param[out] recv_buf P device blocks.
-  /// @param[in] info the operation. @return the operation.
-  /// @throws CudaError or NcclError naming the operation and rank if issuing fails.
-  std::unique_ptr<WorkImpl> do_allgather(const void* send_buf, void* recv_buf, const OpInfo& info) override;
+  DTL_COMMUNICATOR_OPERATIONS;  // contracts on Communicator; what this backend does: the .cc
 
  private:
   template <typename Issue>

@@ -43,6 +43,7 @@ ThreadedCommunicator::ThreadedCommunicator(MPI_Comm parent, std::string name, Bl
 
 ThreadedCommunicator::~ThreadedCommunicator() { thread_.reset(); }  // drain, then free comm_
 
+// do_allreduce: queues ops.allreduce.
 std::unique_ptr<WorkImpl> ThreadedCommunicator::do_allreduce(void* buf, const OpInfo& info) {
   require_op(ops_.allreduce, "allreduce", name_);
   require_dtype(ops_.dtypes, info.dtype, "allreduce", name_);
@@ -51,6 +52,7 @@ std::unique_ptr<WorkImpl> ThreadedCommunicator::do_allreduce(void* buf, const Op
   });
 }
 
+// do_broadcast: queues ops.broadcast.
 std::unique_ptr<WorkImpl> ThreadedCommunicator::do_broadcast(void* buf, const OpInfo& info) {
   require_op(ops_.broadcast, "broadcast", name_);
   require_dtype(ops_.dtypes, info.dtype, "broadcast", name_);
@@ -59,6 +61,7 @@ std::unique_ptr<WorkImpl> ThreadedCommunicator::do_broadcast(void* buf, const Op
   });
 }
 
+// do_reduce_scatter: Queues ops.reduce_scatter.
 std::unique_ptr<WorkImpl> ThreadedCommunicator::do_reduce_scatter(const void* send_buf, void* recv_buf,
                                                                  const OpInfo& info) {
   require_op(ops_.reduce_scatter, "reduce_scatter", name_);
@@ -68,6 +71,7 @@ std::unique_ptr<WorkImpl> ThreadedCommunicator::do_reduce_scatter(const void* se
   });
 }
 
+// do_allgather: Queues ops.allgather.
 std::unique_ptr<WorkImpl> ThreadedCommunicator::do_allgather(const void* send_buf, void* recv_buf,
                                                              const OpInfo& info) {
   require_op(ops_.allgather, "allgather", name_);

@@ -69,20 +69,7 @@ class ThreadedCommunicator final : public Communicator {
   std::string name() const override { return name_; }
 
  protected:
-  /// @brief Queues ops.allreduce. @param[in,out] buf the buffer. @param[in] info the operation.
-  /// @return the operation.
-  std::unique_ptr<WorkImpl> do_allreduce(void* buf, const OpInfo& info) override;
-  /// @brief Queues ops.broadcast. @param[in,out] buf the buffer. @param[in] info the operation.
-  /// @return the operation.
-  std::unique_ptr<WorkImpl> do_broadcast(void* buf, const OpInfo& info) override;
-  /// @brief Queues ops.reduce_scatter.
-  /// @param[in] send_buf P blocks. @param[out] recv_buf one block. @param[in] info the operation.
-  /// @return the operation.
-  std::unique_ptr<WorkImpl> do_reduce_scatter(const void* send_buf, void* recv_buf, const OpInfo& info) override;
-  /// @brief Queues ops.allgather.
-  /// @param[in] send_buf one block. @param[out] recv_buf P blocks. @param[in] info the operation.
-  /// @return the operation.
-  std::unique_ptr<WorkImpl> do_allgather(const void* send_buf, void* recv_buf, const OpInfo& info) override;
+  DTL_COMMUNICATOR_OPERATIONS;  // contracts on Communicator; what this backend does: the .cc
 
  private:
   std::string name_;

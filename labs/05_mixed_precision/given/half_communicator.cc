@@ -120,6 +120,7 @@ HalfSumCommunicator::~HalfSumCommunicator() {
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
+// do_allreduce: MPI_Allreduce on the thread (16-bit: the reduce_half_sum op).
 std::unique_ptr<WorkImpl> HalfSumCommunicator::do_allreduce(void* buf, const OpInfo& info) {
   check_reduction(info, "HalfSumCommunicator::allreduce");
   const MpiReduction r = reduction(info, f16_sum_, bf16_sum_);
@@ -132,6 +133,7 @@ std::unique_ptr<WorkImpl> HalfSumCommunicator::do_allreduce(void* buf, const OpI
   });
 }
 
+// do_broadcast: MPI_Bcast of the bytes on the thread.
 std::unique_ptr<WorkImpl> HalfSumCommunicator::do_broadcast(void* buf, const OpInfo& info) {
   const int bytes = to_mpi_count(info.count * dtype_size(info.dtype), "HalfSumCommunicator::broadcast", "buf");
   MPI_Comm comm = comm_;
@@ -139,6 +141,7 @@ std::unique_ptr<WorkImpl> HalfSumCommunicator::do_broadcast(void* buf, const OpI
                          [comm, buf, bytes, info] { DTL_MPI_CHECK(MPI_Bcast(buf, bytes, MPI_BYTE, info.root, comm)); });
 }
 
+// do_reduce_scatter: MPI_Reduce_scatter_block on the thread (16-bit: the reduce_half_sum op).
 std::unique_ptr<WorkImpl> HalfSumCommunicator::do_reduce_scatter(const void* send_buf, void* recv_buf,
                                                                  const OpInfo& info) {
   check_reduction(info, "HalfSumCommunicator::reduce_scatter");
@@ -159,6 +162,7 @@ std::unique_ptr<WorkImpl> HalfSumCommunicator::do_reduce_scatter(const void* sen
   });
 }
 
+// do_allgather: MPI_Allgather of the bytes on the thread.
 std::unique_ptr<WorkImpl> HalfSumCommunicator::do_allgather(const void* send_buf, void* recv_buf,
                                                             const OpInfo& info) {
   const int bytes = to_mpi_count(info.count * dtype_size(info.dtype), "HalfSumCommunicator::allgather", "send_buf");

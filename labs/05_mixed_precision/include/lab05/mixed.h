@@ -440,20 +440,7 @@ class HalfSumCommunicator final : public Communicator {
   std::string name() const override { return "mpi-half"; }
 
  protected:
-  /// @brief MPI_Allreduce on the thread (16-bit: the reduce_half_sum op).
-  /// @param[in,out] buf the buffer. @param[in] info the operation. @return the operation.
-  std::unique_ptr<WorkImpl> do_allreduce(void* buf, const OpInfo& info) override;
-  /// @brief MPI_Bcast of the bytes on the thread.
-  /// @param[in,out] buf the buffer. @param[in] info the operation. @return the operation.
-  std::unique_ptr<WorkImpl> do_broadcast(void* buf, const OpInfo& info) override;
-  /// @brief MPI_Reduce_scatter_block on the thread (16-bit: the reduce_half_sum op).
-  /// @param[in] send_buf P blocks. @param[out] recv_buf one block. @param[in] info the operation.
-  /// @return the operation.
-  std::unique_ptr<WorkImpl> do_reduce_scatter(const void* send_buf, void* recv_buf, const OpInfo& info) override;
-  /// @brief MPI_Allgather of the bytes on the thread.
-  /// @param[in] send_buf one block. @param[out] recv_buf P blocks. @param[in] info the operation.
-  /// @return the operation.
-  std::unique_ptr<WorkImpl> do_allgather(const void* send_buf, void* recv_buf, const OpInfo& info) override;
+  DTL_COMMUNICATOR_OPERATIONS;  // contracts on Communicator; what this backend does: the .cc
 
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;
