@@ -30,7 +30,7 @@ from .process import confine
 from .report import gradescope_results, print_report, totals, write_results, write_summary
 from .runner import Allowance, gpu_available, run_items
 from .sandbox import Sandbox
-from .score import failed_rows, item_rows
+from .score import TEST_OUTPUT_CAP, failed_rows, item_rows
 from .submission import make_tree, submission_sources
 
 # Temporary folders of gradings in progress: an interrupted grader removes them (cleanup()).
@@ -119,11 +119,13 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
         print("  building ...", flush=True)
         confine(build_box, building=True)
         made = build(lab, tree, work / "build", targets)
+        refusals: list[str] = []
         if made.returncode == 0 and not foreign_includes(lab, tree, work / "build"):
             # What the student's code imports, before any of it runs (imports.py).
             refused = refused_imports(lab, tree, work / "build")
             if refused:
-                for note in revert_to_skeleton(tree, refused):
+                refusals = revert_to_skeleton(tree, refused)
+                for note in refusals:
                     notes.append(note)
                     print(f"  {note}")
                 made = build(lab, tree, work / "build", targets)
@@ -151,6 +153,10 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
             rows = item_rows(items, gpu, by_run, names, listing)
             passed = {r["name"] for r in rows if r["status"] == "passed"}
             rows += perf_rows(lab, passed, has_reference, exe_dir, runs, log)
+        if refusals:  # a failed item says why its file was not run, first
+            for row in rows:
+                if row.get("status") == "failed":
+                    row["output"] = ("\n".join(refusals) + "\n\n" + row["output"])[:TEST_OUTPUT_CAP]
         total, max_total = totals(rows)
         print_report(lab, rows, total, max_total, sys.stdout)
         elapsed = time.monotonic() - started

@@ -1,9 +1,13 @@
 """Lab 02 forbids the vendor's collectives: a broadcast_binomial that calls
-MPI_Bcast gives the right result, yet every item that runs it scores 0 — the two
-broadcast items (broadcast() takes the tree below its switch size), the hidden
-broadcast item and the speed item, which counts only for a correct broadcast —
-with a message naming MPI_Bcast. Every other collective keeps its points, and the
-grader exits 0."""
+MPI_Bcast would give the right result, yet it never runs: the imports check
+(grader/dtlgrade/imports.py, the rubric's [[imports.refuse]]) refuses broadcast.cc
+before anything runs, names MPI_Bcast and the file, and grades the file as the
+skeleton's. Every item that needs it scores 0 -- the two broadcast items
+(broadcast() takes the tree below its switch size), the hidden broadcast item and
+the speed item, which counts only for a correct broadcast -- and says why first.
+Every other collective keeps its points, and the grader exits 0. (The tests'
+tracer would also catch the call at run time, naming it: test_hidden_catch and
+the public tests keep that path covered.)"""
 import sys
 import unittest
 from pathlib import Path
@@ -37,11 +41,12 @@ class TestLab02VendorCall(helpers.GraderAssertions, unittest.TestCase):
         self.assertEqual(self.graded.json["score"], 60)
 
     def test_message_names_the_vendor_call(self):
+        self.assertIn("refused: labs/02_collectives/src/broadcast.cc uses MPI_Bcast: a vendor collective",
+                      self.graded.output)
         tree = self.graded.item("A. broadcast: binomial tree")
         self.assertIn("broadcast_binomial", tree["output"])
-        self.assertIn("called MPI_Bcast", tree["output"])
         for t in self.graded.items("lab02_broadcast") + self.graded.items("lab02_hidden_broadcast"):
-            self.assertIn("MPI_Bcast", t["output"], t["name"])
+            self.assertIn("uses MPI_Bcast", t["output"], t["name"])
         (speed,) = self.graded.items("perf")
         self.assertIn("speed counts only for a correct solution", speed["output"])
 

@@ -10,9 +10,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import helpers  # noqa: E402
 
 sys.path.insert(0, str(helpers.ROOT / "grader"))
-import grade  # noqa: E402
+from dtlgrade.runner import gpu_available  # noqa: E402
 
-HAVE_GPU = grade.gpu_available()
+HAVE_GPU = gpu_available()
 
 
 def gradable(tests: list[dict]) -> list[dict]:
