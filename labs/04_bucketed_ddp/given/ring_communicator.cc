@@ -21,17 +21,12 @@
 #include <string>
 #include <vector>
 
-#include "harness/comm/emulated_communicator.h"
+#include "harness/comm/backends.h"
 #include "harness/comm/mpi.h"
-#include "harness/comm/mpi_communicator.h"
 #include "harness/comm/threaded_communicator.h"
 #include "harness/error.h"
 #include "lab03/ring.h"
 #include "lab04/ddp.h"
-
-#if DTL_HAVE_NCCL
-#include "harness/comm/nccl_communicator.h"
-#endif
 
 namespace dtl::lab04 {
 namespace {
@@ -116,28 +111,13 @@ std::unique_ptr<Communicator> make_ring_communicator(MPI_Comm parent) {
 }
 
 std::unique_ptr<Communicator> make_communicator(const std::string& name, MPI_Comm parent) {
-  if (name == "mpi-thread") return std::make_unique<MpiCommunicator>(parent, MpiMode::kThread);
-  if (name == "mpi-nonblocking") return std::make_unique<MpiCommunicator>(parent, MpiMode::kNonblocking);
-  if (name == "ring") return make_ring_communicator(parent);
-  if (name == "nccl") {
-    // Device buffers only: lab 04's model computes on the CPU, so this backend is
-    // for the GPU labs. NCCL needs one GPU per rank (NcclCommunicator says why not).
-#if DTL_HAVE_NCCL
-    return std::make_unique<NcclCommunicator>(parent);
-#else
-    throw InvalidArgument("make_communicator: backend 'nccl': built without NCCL (it needs nvcc and NCCL at "
-                          "configure time; see cmake/README.md)");
-#endif
-  }
-  const std::string prefix = "emulated:";
-  if (name.rfind(prefix, 0) == 0) {
-    // Parse first (the same on every rank), so a bad name throws before any collective.
-    LinkModel link = parse_link(name.substr(prefix.size()));
-    return std::make_unique<EmulatedCommunicator>(std::make_unique<MpiCommunicator>(parent, MpiMode::kThread),
-                                                  std::move(link));
-  }
-  throw InvalidArgument("make_communicator: unknown backend '" + name +
-                        "' (mpi-thread, mpi-nonblocking, ring, nccl, emulated:<link> such as emulated:10GbE)");
+  // Lab 04's own backend is the ring; NCCL is for device buffers only (lab 04's
+  // model computes on the CPU, so the reducer does not use it: it is for the GPU labs).
+  const OwnBackends ring = [](const std::string& own, MPI_Comm comm) -> std::unique_ptr<Communicator> {
+    return own == "ring" ? make_ring_communicator(comm) : nullptr;
+  };
+  return make_backend(name, parent, ring, "mpi-thread",
+                      "mpi-thread, mpi-nonblocking, ring, nccl, emulated:<link> such as emulated:10GbE");
 }
 
 }  // namespace dtl::lab04

@@ -25,15 +25,11 @@
 #include <memory>
 #include <string>
 
-#include "harness/comm/emulated_communicator.h"
+#include "harness/comm/backends.h"
 #include "harness/comm/mpi.h"
 #include "harness/comm/mpi_communicator.h"
 #include "harness/error.h"
 #include "lab05/mixed.h"
-
-#if DTL_HAVE_NCCL
-#include "harness/comm/nccl_communicator.h"
-#endif
 
 namespace dtl::lab05 {
 namespace {
@@ -175,23 +171,11 @@ std::unique_ptr<WorkImpl> HalfSumCommunicator::do_allgather(const void* send_buf
 }
 
 std::unique_ptr<Communicator> make_communicator(const std::string& name, MPI_Comm parent) {
-  if (name == "mpi-half") return std::make_unique<HalfSumCommunicator>(parent);
-  if (name == "nccl") {
-#if DTL_HAVE_NCCL
-    return std::make_unique<NcclCommunicator>(parent);
-#else
-    throw InvalidArgument("make_communicator: backend 'nccl': built without NCCL (it needs nvcc and NCCL at "
-                          "configure time; see cmake/README.md)");
-#endif
-  }
-  const std::string prefix = "emulated:";
-  if (name.rfind(prefix, 0) == 0) {
-    // Parse first (the same on every rank), so a bad name throws before any collective.
-    LinkModel link = parse_link(name.substr(prefix.size()));
-    return std::make_unique<EmulatedCommunicator>(std::make_unique<HalfSumCommunicator>(parent), std::move(link));
-  }
-  throw InvalidArgument("make_communicator: unknown backend '" + name +
-                        "' (mpi-half, nccl, emulated:<link> such as emulated:10GbE)");
+  // Lab 05's own backend is mpi-half; emulated links run over it.
+  const OwnBackends half = [](const std::string& own, MPI_Comm comm) -> std::unique_ptr<Communicator> {
+    return own == "mpi-half" ? std::make_unique<HalfSumCommunicator>(comm) : nullptr;
+  };
+  return make_backend(name, parent, half, "mpi-half", "mpi-half, nccl, emulated:<link> such as emulated:10GbE");
 }
 
 }  // namespace dtl::lab05
