@@ -281,6 +281,7 @@ TEST(ThreadedCommunicator, RunsBlockingFunctionsAsABackend) {
       x[i] = op == ReduceOp::kAvg ? sum / static_cast<float>(size) : sum;
     }
   };
+  ops.dtypes = {dtl::DType::kF32};
   dtl::ThreadedCommunicator c(comm(), "naive-allgather-sum", ops);
   EXPECT_EQ(c.name(), "naive-allgather-sum");
   for (std::size_t n : counts()) {
@@ -304,6 +305,15 @@ TEST(ThreadedCommunicator, RunsBlockingFunctionsAsABackend) {
     ADD_FAILURE() << "a collective the backend has no function for should throw";
   } catch (const dtl::InvalidArgument& e) {
     EXPECT_THAT(e.what(), HasSubstr("has no broadcast function in backend 'naive-allgather-sum'"));
+  }
+  // A type outside ops.dtypes is refused by the issuing call, before the thread
+  // sees it (the function above would EXPECT kF32 there).
+  std::vector<double> doubles(4);
+  try {
+    c.allreduce(std::span<double>(doubles));
+    ADD_FAILURE() << "a type outside ops.dtypes should throw when issued";
+  } catch (const dtl::InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("f64 is not supported by backend 'naive-allgather-sum' (it takes f32)"));
   }
 }
 

@@ -58,18 +58,6 @@ void run_ring(Call&& call) {
   }
 }
 
-int rank_of(MPI_Comm comm) {
-  int rank = 0;
-  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  return rank;
-}
-
-int size_of(MPI_Comm comm) {
-  int size = 1;
-  DTL_MPI_CHECK(MPI_Comm_size(comm, &size));
-  return size;
-}
-
 }  // namespace
 
 std::unique_ptr<Communicator> make_ring_communicator(MPI_Comm parent) {
@@ -89,7 +77,7 @@ std::unique_ptr<Communicator> make_ring_communicator(MPI_Comm parent) {
                           ReduceOp op) {
     typed(dtype, [&](auto zero) {
       using T = decltype(zero);
-      const auto rank = static_cast<std::size_t>(rank_of(comm)), size = static_cast<std::size_t>(size_of(comm));
+      const auto [rank, size] = rank_and_size(comm);
       // The ring reduces in place: work on a copy, whose chunk `rank` is block `rank`.
       std::vector<T> scratch(static_cast<const T*>(send_buf), static_cast<const T*>(send_buf) + size * recv_count);
       run_ring([&] { lab03::reduce_scatter_ring<T>(comm, std::span<T>(scratch), ring_op(op), kRingTag); });
@@ -99,7 +87,7 @@ std::unique_ptr<Communicator> make_ring_communicator(MPI_Comm parent) {
   ops.allgather = [](MPI_Comm comm, const void* send_buf, void* recv_buf, std::size_t send_count, DType dtype) {
     typed(dtype, [&](auto zero) {
       using T = decltype(zero);
-      const auto rank = static_cast<std::size_t>(rank_of(comm)), size = static_cast<std::size_t>(size_of(comm));
+      const auto [rank, size] = rank_and_size(comm);
       T* out = static_cast<T*>(recv_buf);
       if (static_cast<const T*>(send_buf) != out + rank * send_count) {
         std::memmove(out + rank * send_count, send_buf, send_count * sizeof(T));
