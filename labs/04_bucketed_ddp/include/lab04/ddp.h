@@ -145,7 +145,7 @@ struct ReducerOptions {
   /// indices, each bucket decreasing), instead of calling assign_buckets() with the caps.
   /// The grading tests of the reducer give them explicitly, so that a fault in task B
   /// costs task B's item only. Ignored in naive mode (one bucket per parameter).
-  std::vector<std::vector<int>> buckets;
+  std::vector<std::vector<int>> buckets = {};
 };
 
 /// @brief One bucket: a contiguous view of the flat gradient buffer.
