@@ -2,6 +2,9 @@
 // world: every split that divides the rank count (at 4 ranks: 1 x 4, 2 x 2, 4 x 1),
 // each replica on 1/D of the batch, gradients averaged per stage over its
 // data-parallel group, against one process on the whole batch.
+//
+// The pipelines here are the test's own (naive_step(): one batch, blocking sends
+// down a chain), not your PipelineStage: a fault in task C costs task C's items only.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -49,7 +52,7 @@ TEST(Grid, StagesThatDoNotDivideTheWorldAreRefused) {
   }
 }
 
-void expect_grid_equals_one_process(ModelKind kind, int P, int m, Order order) {
+void expect_grid_equals_one_process(ModelKind kind, int P) {
   const int W = comm().size();
   lab07::Grid grid = lab07::make_grid(comm(), P);
   const int D = grid.replicas;
@@ -61,19 +64,15 @@ void expect_grid_equals_one_process(ModelKind kind, int P, int m, Order order) {
   const nn::Tensor grads = model.flatten_grads();
   nn::Sgd sgd(kSgd, values.numel());
   dtl::MpiCommunicator data(grid.data, dtl::MpiMode::kThread);
-  lab07::PipelineOptions options;
-  options.micro_batches = m;
-  lab07::PipelineStage pipe(grid.pipeline, std::move(model), stage, options);
-  const std::vector<Action> schedule = order_of(order, P, grid.stage, m);
   constexpr int kSteps = 3;
   for (int step = 0; step < kSteps; ++step) {
     const Batch b = make_batch(kind, step, kGlobal, grid.replica * rows, (grid.replica + 1) * rows);
-    pipe.train_step(b.x, b.y, schedule);
-    lab07::allreduce_stage_gradients(data, pipe.model());
+    naive_step(grid.pipeline, model, stage, b);
+    lab07::allreduce_stage_gradients(data, model);
     sgd.step(values.span<float>(), grads.span<float>());
   }
   const Oracle oracle = run_oracle(kind, 3, kSteps, kGlobal);
-  EXPECT_TRUE(close_to(unit_values(oracle.model, stage.begin, stage.end), values_of(pipe.model()),
+  EXPECT_TRUE(close_to(unit_values(oracle.model, stage.begin, stage.end), values_of(model),
                        "stage " + std::to_string(grid.stage) + " of replica " + std::to_string(grid.replica) +
                            " (" + std::to_string(D) + " x " + std::to_string(P) + " on " + std::to_string(W) +
                            " ranks)"));
@@ -83,8 +82,8 @@ TEST(Grid, PipelinesTimesDataParallelEqualOneProcess) {
   const int W = comm().size();
   for (int P = 1; P <= W; ++P) {
     if (W % P != 0) continue;
-    expect_grid_equals_one_process(ModelKind::kMlp, P, 3, Order::kOneFOneB);
-    expect_grid_equals_one_process(ModelKind::kGpt, P, 2, Order::kGPipe);
+    expect_grid_equals_one_process(ModelKind::kMlp, P);
+    expect_grid_equals_one_process(ModelKind::kGpt, P);
   }
 }
 

@@ -66,6 +66,21 @@ INSTANTIATE_TEST_SUITE_P(OneFOneB, Equivalence,
                                             ::testing::Values(Order::kOneFOneB), ::testing::Values(2, 3, 5, 10)),
                          equivalence_name);
 
+// Activations and gradients of 5 rows x 512 features (10 KiB) are above Open MPI's
+// 4 KiB eager limit: a blocking MPI_Send completes only once its receive is
+// posted, so an executor that sends with MPI_Send and posts each receive only
+// when it needs it deadlocks in 1F1B's steady state (Note [Deadlock-free ordering]).
+TEST(LargeMessages, AboveTheEagerLimitWithoutDeadlock) {
+  for (Order order : {Order::kOneFOneB, Order::kGPipe}) {
+    for (int m : {2, 5}) {
+      const PipelineRun run = run_pipeline(ModelKind::kMlp, order, m, 2, kBatch, false, 3, 5, 512);
+      const Oracle oracle = run_oracle(ModelKind::kMlp, 3, 2, kBatch, 5, 512);
+      EXPECT_TRUE(close_to(unit_values(oracle.model, run.begin, run.end), run.values,
+                           std::string("512-wide MLP, ") + order_name(order) + ", m = " + std::to_string(m)));
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // The events: the schedule's order, and the dependencies between stages
 // ---------------------------------------------------------------------------

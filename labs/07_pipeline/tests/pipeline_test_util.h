@@ -55,10 +55,11 @@ inline const dtl::data::Classification& spirals() {
   return d;
 }
 
-/// The models: `units` units each (MLP: fc0..fc{units-2}, head; GPT: embed, blocks, head).
-inline nn::Model make_model(ModelKind kind, std::uint64_t seed, int units = 5) {
-  if (kind == ModelKind::kMlp) return nn::make_mlp(2, 16, 3, units - 1, seed);
-  return nn::make_gpt(static_cast<std::int64_t>(corpus().vocab.size()), kContext, 16, 2, units - 2, seed);
+/// The models: `units` units each (MLP: fc0..fc{units-2}, head; GPT: embed, blocks, head), `width`
+/// hidden features (MLP) or channels (GPT).
+inline nn::Model make_model(ModelKind kind, std::uint64_t seed, int units = 5, std::int64_t width = 16) {
+  if (kind == ModelKind::kMlp) return nn::make_mlp(2, width, 3, units - 1, seed);
+  return nn::make_gpt(static_cast<std::int64_t>(corpus().vocab.size()), kContext, width, 2, units - 2, seed);
 }
 
 inline nn::Shape input_shape(ModelKind kind, std::int64_t rows) {
@@ -141,8 +142,9 @@ struct Oracle {
   nn::Model model;
   std::vector<double> losses;
 };
-inline Oracle run_oracle(ModelKind kind, std::uint64_t seed, int steps, std::int64_t global, int units = 5) {
-  Oracle o{make_model(kind, seed, units), {}};
+inline Oracle run_oracle(ModelKind kind, std::uint64_t seed, int steps, std::int64_t global, int units = 5,
+                         std::int64_t width = 16) {
+  Oracle o{make_model(kind, seed, units, width), {}};
   const std::vector<nn::Parameter*> params = o.model.parameters();
   const nn::Tensor values = nn::flatten_values(params);
   const nn::Tensor grads = nn::flatten_grads(params);
@@ -250,9 +252,10 @@ struct PipelineRun {
 };
 
 inline PipelineRun run_pipeline(ModelKind kind, Order order, int m, int steps, std::int64_t global,
-                                bool checkpoint = false, std::uint64_t seed = 3, int units = 5) {
+                                bool checkpoint = false, std::uint64_t seed = 3, int units = 5,
+                                std::int64_t width = 16) {
   const int P = comm().size(), s = comm().rank();
-  nn::Model whole = make_model(kind, seed, units);
+  nn::Model whole = make_model(kind, seed, units, width);
   const std::vector<int> bounds = even_cut(units, P);
   const nn::Stage stage = stage_of(whole, bounds, s, input_shape(kind, global));
   nn::Model model = std::move(whole).slice(stage.begin, stage.end);
@@ -273,6 +276,93 @@ inline PipelineRun run_pipeline(ModelKind kind, Order order, int m, int steps, s
     sgd.step(values.span<float>(), grads.span<float>());
   }
   run.values = values_of(pipe.model());
+  run.events = pipe.events();
+  return run;
+}
+
+
+// ---------------------------------------------------------------------------
+// The test's own naive pipeline (grid tests), and PipeDream's asynchronous run (stash tests)
+// ---------------------------------------------------------------------------
+
+// One naive pipeline step (m = 1) on the grid's pipeline communicator, written
+// here: stage s receives its input from s - 1, sends its output to s + 1 and
+// waits for the gradient back. A chain, so blocking sends cannot deadlock.
+inline void naive_step(const dtl::Comm& pipe, nn::Model& model, const nn::Stage& stage, const Batch& b) {
+  const int s = pipe.rank(), P = pipe.size();
+  model.zero_grad();
+  nn::Tensor in = b.x;
+  if (s > 0) {
+    in = nn::Tensor::zeros(stage.input_shape, nn::DType::kF32, nn::MemoryCategory::kOther);
+    MPI_Recv(in.raw(), static_cast<int>(in.numel()), MPI_FLOAT, s - 1, 0, pipe, MPI_STATUS_IGNORE);
+  }
+  const nn::Tensor& y = model.forward(in);
+  nn::SoftmaxCrossEntropy ce;
+  nn::Tensor dy;
+  if (s < P - 1) {
+    MPI_Send(y.raw(), static_cast<int>(y.numel()), MPI_FLOAT, s + 1, 0, pipe);
+    dy = nn::Tensor::zeros(stage.output_shape, nn::DType::kF32, nn::MemoryCategory::kOther);
+    MPI_Recv(dy.raw(), static_cast<int>(dy.numel()), MPI_FLOAT, s + 1, 1, pipe, MPI_STATUS_IGNORE);
+  } else {
+    ce.forward(y, b.y);
+    dy = ce.backward();
+  }
+  const nn::Tensor& dx = model.backward(dy);
+  if (s > 0) MPI_Send(dx.raw(), static_cast<int>(dx.numel()), MPI_FLOAT, s - 1, 1, pipe);
+}
+
+inline std::vector<float> contents(const nn::Tensor& t) {
+  const auto s = t.span<float>();
+  return {s.begin(), s.end()};
+}
+
+// PipeDream: 1F1B without a flush, one SGD update per micro-batch right after its
+// backward. The test's hooks copy the stage's weights when its first unit starts a
+// forward and when its last unit starts a backward; the k-th forward (backward) the
+// model runs is the k-th F (B) of the closed-form schedule.
+struct AsyncRun {
+  std::vector<std::vector<float>> forward_weights, backward_weights;  // per micro-batch
+  std::vector<lab07::Event> events;
+};
+
+inline AsyncRun run_async(bool stash_on, int m, int units = 5) {
+  const int P = comm().size(), s = comm().rank();
+  constexpr std::int64_t kRows = 12;
+  nn::Model whole = make_model(ModelKind::kMlp, 3, units);
+  const nn::Stage stage = stage_of(whole, even_cut(units, P), s, input_shape(ModelKind::kMlp, kRows));
+  nn::Model model = std::move(whole).slice(stage.begin, stage.end);
+  const nn::Tensor values = model.flatten_values();
+  const nn::Tensor grads = model.flatten_grads();
+  nn::Sgd sgd({.lr = 0.1f}, values.numel());
+  lab07::WeightStash stash(values);
+  AsyncRun run;
+  run.forward_weights.resize(static_cast<std::size_t>(m));
+  run.backward_weights.resize(static_cast<std::size_t>(m));
+  const std::vector<Action> schedule = one_f_one_b_order(P, s, m);
+  std::vector<int> forward_order, backward_order;
+  for (const Action& a : schedule) (a.op == Op::kForward ? forward_order : backward_order).push_back(a.micro_batch);
+  const int last_unit = model.unit_count() - 1;
+  std::size_t forwards = 0, backwards = 0;
+  model.hooks().pre_forward = [&](int unit) {
+    if (unit == 0 && forwards < forward_order.size()) {
+      run.forward_weights[static_cast<std::size_t>(forward_order[forwards++])] = contents(values);
+    }
+  };
+  model.hooks().pre_backward = [&](int unit) {
+    if (unit == last_unit && backwards < backward_order.size()) {
+      run.backward_weights[static_cast<std::size_t>(backward_order[backwards++])] = contents(values);
+    }
+  };
+  lab07::PipelineOptions options;
+  options.micro_batches = m;
+  options.stash = stash_on ? &stash : nullptr;
+  options.after_backward = [&](int) {
+    sgd.step(values.span<float>(), grads.span<float>());
+    grads.zero();
+  };
+  lab07::PipelineStage pipe(comm(), std::move(model), stage, options);
+  const Batch b = make_batch(ModelKind::kMlp, 0, kRows, 0, kRows);
+  pipe.train_step(b.x, b.y, schedule);
   run.events = pipe.events();
   return run;
 }

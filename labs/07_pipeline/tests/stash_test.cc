@@ -14,11 +14,6 @@
 namespace lab07_test {
 namespace {
 
-std::vector<float> contents(const nn::Tensor& t) {
-  const auto s = t.span<float>();
-  return {s.begin(), s.end()};
-}
-
 void set_all(const nn::Tensor& t, float v) {
   for (float& x : t.span<float>()) x = v;
 }
@@ -79,57 +74,6 @@ TEST(WeightStash, MisuseIsNamed) {
   stash.end_backward(0);
   const nn::Tensor ints = nn::Tensor::zeros({3}, nn::DType::kI32, nn::MemoryCategory::kOther);
   EXPECT_THROW(lab07::WeightStash{ints}, dtl::InvalidArgument);
-}
-
-// PipeDream: 1F1B without a flush, one SGD update per micro-batch right after its
-// backward. The test's hooks copy the stage's weights when its first unit starts a
-// forward and when its last unit starts a backward; the k-th forward (backward) the
-// model runs is the k-th F (B) of the closed-form schedule.
-struct AsyncRun {
-  std::vector<std::vector<float>> forward_weights, backward_weights;  // per micro-batch
-  std::vector<lab07::Event> events;
-};
-
-AsyncRun run_async(bool stash_on, int m) {
-  const int P = comm().size(), s = comm().rank();
-  constexpr std::int64_t kRows = 12;
-  nn::Model whole = make_model(ModelKind::kMlp, 3);
-  const nn::Stage stage = stage_of(whole, even_cut(5, P), s, input_shape(ModelKind::kMlp, kRows));
-  nn::Model model = std::move(whole).slice(stage.begin, stage.end);
-  const nn::Tensor values = model.flatten_values();
-  const nn::Tensor grads = model.flatten_grads();
-  nn::Sgd sgd({.lr = 0.1f}, values.numel());
-  lab07::WeightStash stash(values);
-  AsyncRun run;
-  run.forward_weights.resize(static_cast<std::size_t>(m));
-  run.backward_weights.resize(static_cast<std::size_t>(m));
-  const std::vector<Action> schedule = one_f_one_b_order(P, s, m);
-  std::vector<int> forward_order, backward_order;
-  for (const Action& a : schedule) (a.op == Op::kForward ? forward_order : backward_order).push_back(a.micro_batch);
-  const int last_unit = model.unit_count() - 1;
-  std::size_t forwards = 0, backwards = 0;
-  model.hooks().pre_forward = [&](int unit) {
-    if (unit == 0 && forwards < forward_order.size()) {
-      run.forward_weights[static_cast<std::size_t>(forward_order[forwards++])] = contents(values);
-    }
-  };
-  model.hooks().pre_backward = [&](int unit) {
-    if (unit == last_unit && backwards < backward_order.size()) {
-      run.backward_weights[static_cast<std::size_t>(backward_order[backwards++])] = contents(values);
-    }
-  };
-  lab07::PipelineOptions options;
-  options.micro_batches = m;
-  options.stash = stash_on ? &stash : nullptr;
-  options.after_backward = [&](int) {
-    sgd.step(values.span<float>(), grads.span<float>());
-    grads.zero();
-  };
-  lab07::PipelineStage pipe(comm(), std::move(model), stage, options);
-  const Batch b = make_batch(ModelKind::kMlp, 0, kRows, 0, kRows);
-  pipe.train_step(b.x, b.y, schedule);
-  run.events = pipe.events();
-  return run;
 }
 
 TEST(Stash, EachBackwardUsesItsForwardsWeights) {
