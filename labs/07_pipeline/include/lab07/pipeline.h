@@ -467,6 +467,7 @@ class PipelineStage {
   ///         does not hold stage.end - stage.begin units, is not f32, or
   ///         micro_batches is not in [1, min(B, kMaxMicroBatches)].
   PipelineStage(MPI_Comm pipeline, nn::Model model, const nn::Stage& stage, PipelineOptions options = {});
+  /// @brief Cancels receives still posted and frees sends still in flight (only after an exception).
   ~PipelineStage();
   PipelineStage(const PipelineStage&) = delete;
   PipelineStage& operator=(const PipelineStage&) = delete;
