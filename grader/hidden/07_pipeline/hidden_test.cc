@@ -1,0 +1,123 @@
+// Lab 07 hidden tests (an example set), at 5 and 6 ranks: 5 and 6 stages of a
+// 7-unit MLP and GPT, GPipe and 1F1B with m = 1 and m = 7 (not divisible by P),
+// the order each stage ran, the activation slots from the memory tracker, weight
+// stashing, and every grid of 5 and 6 ranks. Same oracles as the public tests.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "harness/comm/mpi_communicator.h"
+#include "labs/07_pipeline/tests/pipeline_test_util.h"
+
+namespace lab07_test {
+namespace {
+
+constexpr int kUnits = 7;
+constexpr std::int64_t kBatch = 15;
+
+TEST(HiddenPipeline, DeepPipelinesEqualOneProcess) {
+  const int P = comm().size(), s = comm().rank();
+  for (ModelKind kind : {ModelKind::kMlp, ModelKind::kGpt}) {
+    for (Order order : {Order::kGPipe, Order::kOneFOneB}) {
+      for (int m : {1, 7}) {
+        const PipelineRun run = run_pipeline(kind, order, m, 2, kBatch, false, 9, kUnits);
+        const Oracle oracle = run_oracle(kind, 9, 2, kBatch, kUnits);
+        EXPECT_TRUE(close_to(unit_values(oracle.model, run.begin, run.end), run.values,
+                             std::string(model_name(kind)) + " " + order_name(order) + ", m = " + std::to_string(m)));
+        std::vector<Action> ran;
+        for (const lab07::Event& e : run.events) ran.push_back({e.op, e.micro_batch});
+        EXPECT_EQ(text(ran), text(order_of(order, P, s, m)));
+      }
+    }
+  }
+}
+
+TEST(HiddenPipeline, ActivationSlots) {
+  const int P = comm().size(), s = comm().rank();
+  constexpr std::int64_t kRows = 14;
+  for (Order order : {Order::kGPipe, Order::kOneFOneB}) {
+    for (int m : {2, 7}) {
+      nn::Model whole = make_model(ModelKind::kMlp, 3, kUnits);
+      const nn::Stage stage = stage_of(whole, even_cut(kUnits, P), s, input_shape(ModelKind::kMlp, kRows));
+      lab07::PipelineOptions options;
+      options.micro_batches = m;
+      lab07::PipelineStage pipe(comm(), std::move(whole).slice(stage.begin, stage.end), stage, options);
+      const std::vector<Action> schedule = order_of(order, P, s, m);
+      const Batch b = make_batch(ModelKind::kMlp, 0, kRows, 0, kRows);
+      pipe.train_step(b.x, b.y, schedule);
+      auto& tracker = nn::memory_tracker();
+      const std::int64_t before = tracker.current(nn::MemoryCategory::kActivations);
+      tracker.reset_peak();
+      pipe.train_step(b.x, b.y, schedule);
+      const std::int64_t peak = tracker.peak(nn::MemoryCategory::kActivations) - before;
+      // One micro-batch's forward (A) and backward (D) bytes on a fresh copy of the stage.
+      nn::Model probe = make_model(ModelKind::kMlp, 3, kUnits);
+      nn::Model copy = std::move(probe).slice(stage.begin, stage.end);
+      const std::int64_t rows = kRows / m;
+      nn::Tensor x = s == 0 ? make_batch(ModelKind::kMlp, 0, rows, 0, rows).x
+                            : nn::Tensor::zeros(lab07::with_rows(stage.input_shape, rows), nn::DType::kF32,
+                                                nn::MemoryCategory::kCommunication);
+      const nn::Tensor dy = nn::Tensor::zeros(lab07::with_rows(stage.output_shape, rows), nn::DType::kF32,
+                                              nn::MemoryCategory::kCommunication);
+      const std::int64_t start = tracker.current(nn::MemoryCategory::kActivations);
+      tracker.reset_peak();
+      copy.forward(x);
+      const std::int64_t a = tracker.current(nn::MemoryCategory::kActivations) - start;
+      const std::int64_t f = tracker.peak(nn::MemoryCategory::kActivations) - start;
+      tracker.reset_peak();
+      copy.backward(dy);
+      const std::int64_t d = tracker.peak(nn::MemoryCategory::kActivations) - start - a;
+      const std::int64_t slots = order == Order::kGPipe ? m : std::min(m, P - s);
+      EXPECT_EQ(peak, std::max((slots - 1) * a + f, slots * a + d))
+          << "stage " << s << " of " << P << " (" << order_name(order) << ", m = " << m << "): expected " << slots
+          << " micro-batches of activations at once";
+    }
+  }
+}
+
+TEST(HiddenStash, VersionsAtDeepPipelines) {
+  const int P = comm().size(), s = comm().rank();
+  const int m = 8;
+  const AsyncRun run = run_async(true, m, kUnits);
+  const int warm_up = std::min(P - s - 1, m);
+  for (const lab07::Event& e : run.events) {
+    EXPECT_EQ(e.version, std::max(0, e.micro_batch - warm_up))
+        << "stage " << s << ": " << static_cast<char>(e.op) << e.micro_batch;
+  }
+  for (int i = 0; i < m; ++i) {
+    EXPECT_TRUE(run.forward_weights[static_cast<std::size_t>(i)] == run.backward_weights[static_cast<std::size_t>(i)])
+        << "stage " << s << ": B" << i << " computed with other weights than F" << i;
+  }
+}
+
+TEST(HiddenGrid, EveryGridEqualsOneProcess) {
+  const int W = comm().size();
+  constexpr std::int64_t kGlobal = 30;  // divisible by D = 1, 2, 3, 5, 6
+  for (int P = 1; P <= W; ++P) {
+    if (W % P != 0) continue;
+    lab07::Grid grid = lab07::make_grid(comm(), P);
+    EXPECT_EQ(grid.stage, comm().rank() % P);
+    const std::int64_t rows = kGlobal / grid.replicas;
+    nn::Model whole = make_model(ModelKind::kMlp, 4, kUnits);
+    const nn::Stage stage = stage_of(whole, even_cut(kUnits, P), grid.stage, input_shape(ModelKind::kMlp, rows));
+    nn::Model model = std::move(whole).slice(stage.begin, stage.end);
+    const nn::Tensor values = model.flatten_values();
+    const nn::Tensor grads = model.flatten_grads();
+    nn::Sgd sgd(kSgd, values.numel());
+    dtl::MpiCommunicator data(grid.data, dtl::MpiMode::kThread);
+    for (int step = 0; step < 2; ++step) {
+      const Batch b = make_batch(ModelKind::kMlp, step, kGlobal, grid.replica * rows, (grid.replica + 1) * rows);
+      naive_step(grid.pipeline, model, stage, b);
+      lab07::allreduce_stage_gradients(data, model);
+      sgd.step(values.span<float>(), grads.span<float>());
+    }
+    const Oracle oracle = run_oracle(ModelKind::kMlp, 4, 2, kGlobal, kUnits);
+    EXPECT_TRUE(close_to(unit_values(oracle.model, stage.begin, stage.end), values_of(model),
+                         std::to_string(grid.replicas) + " x " + std::to_string(P) + " grid"));
+  }
+}
+
+}  // namespace
+}  // namespace lab07_test

@@ -1,0 +1,88 @@
+"""Lab 07 end to end: `grade.py 07 --reference` gives 110 / 110 (100 public points
+and 10 example hidden ones), `--skeleton` gives 0 fast, every item saying what is
+not implemented yet; and a deliberately mis-ordered pipeline schedule
+(PipelineDeadlock.DISABLED_MisorderedScheduleIsReported, run from the graded
+tree's test binary) is reported by the test main's watchdog as a DEADLOCK naming
+each rank's blocked MPI_Wait on its Irecv, within seconds, never a silent hang."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import helpers  # noqa: E402
+
+MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl_vader_single_copy_mechanism="none",
+               GTEST_COLOR="no")
+
+
+class TestLab07Reference(helpers.GraderAssertions, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.graded = helpers.grade("--reference", "--keep", lab="07")
+        kept = re.search(r"^kept (\S+)$", cls.graded.output, re.M)
+        cls.work = Path(kept.group(1)) if kept else None
+        if cls.work is not None:
+            cls.addClassCleanup(shutil.rmtree, cls.work, True)
+
+    def test_full_marks(self):
+        self.assertEqual(self.graded.returncode, 0, self.graded.output[-3000:])
+        self.assertGradescopeJson(self.graded)
+        self.assertEqual(self.graded.json["score"], 110)
+        self.assertEqual(self.graded.json["max_score"], 110)
+        self.assertEqual(len(self.graded.json["tests"]), 13)  # 11 public items + 2 example hidden ones
+        self.assertFullMarks(self.graded.json["tests"])
+
+    def run_misordered(self, ranks: int):
+        self.assertIsNotNone(self.work, "grade.py --keep printed no folder")
+        binary = self.work / "build" / "labs" / "07_pipeline" / "lab07_student_test"
+        self.assertTrue(binary.is_file(), binary)
+        mpiexec = shutil.which("mpiexec") or "mpiexec"
+        cmd = [mpiexec, "--oversubscribe", "--bind-to", "none", "-n", str(ranks), str(binary),
+               "--gtest_also_run_disabled_tests", "--gtest_filter=PipelineDeadlock.*", "--dtl_timeout=3"]
+        start = time.monotonic()
+        proc = subprocess.run(cmd, env=MPI_ENV, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              errors="replace", timeout=60)
+        return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start
+
+    def test_misordered_schedule_is_a_reported_deadlock(self):
+        # Stage 0 waits in B0 for the gradient of micro-batch 0 (tag 1) from stage 1;
+        # stage 1 waits in F1 for the activation of micro-batch 1 (tag 2) from stage 0;
+        # at 3 ranks stage 2 waits for F1's activation from stage 1.
+        rc, out, seconds = self.run_misordered(2)
+        self.assertNotEqual(rc, 0, out[-3000:])
+        self.assertLess(seconds, 30, out[-3000:])
+        self.assertIn("DEADLOCK in PipelineDeadlock.DISABLED_MisorderedScheduleIsReported", out)
+        self.assertRegex(out, r"rank 0: in MPI_Wait\(1 request: Irecv\(source=1, tag=1, ")
+        self.assertRegex(out, r"rank 1: in MPI_Wait\(1 request: Irecv\(source=0, tag=2, ")
+        rc, out, seconds = self.run_misordered(3)
+        self.assertNotEqual(rc, 0, out[-3000:])
+        self.assertLess(seconds, 30, out[-3000:])
+        self.assertIn("DEADLOCK in PipelineDeadlock", out)
+        self.assertRegex(out, r"rank 2: in MPI_Wait\(1 request: Irecv\(source=1, tag=2, ")
+
+
+class TestLab07Skeleton(helpers.GraderAssertions, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.graded = helpers.grade("--skeleton", lab="07")
+
+    def test_zero_fast(self):
+        self.assertEqual(self.graded.returncode, 0, self.graded.output[-3000:])
+        self.assertGradescopeJson(self.graded)
+        self.assertEqual(self.graded.json["score"], 0)
+        self.assertZero(self.graded.json["tests"])
+        self.assertLess(self.graded.seconds, 90, "the skeleton must fail fast, not time out")
+        self.assertNotIn("TIMEOUT", self.graded.output)
+        self.assertNotIn("CRASHED", self.graded.output)
+        for t in self.graded.json["tests"]:
+            self.assertIn("is not implemented yet", t["output"], t["name"])
+
+
+if __name__ == "__main__":
+    unittest.main()

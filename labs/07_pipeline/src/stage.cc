@@ -1,0 +1,234 @@
+// Lab 07, task C: one stage of a pipeline, running a schedule.
+//
+// What this file teaches: the executor every pipeline schedule shares. It knows
+// nothing about GPipe or 1F1B: it runs a list of F(i) and B(i) in order. What it
+// must get right is the plumbing between stages:
+//
+//   - point-to-point only with its two neighbours, nonblocking, each message
+//     tagged with its micro-batch and direction (See Note [Deadlock-free ordering]);
+//   - one activation slot per micro-batch in flight, released by its backward
+//     (See Note [Activation slots]);
+//   - the gradients of the batch's mean loss, accumulated over micro-batches
+//     (micro-batch i's loss gradient scaled by rows_i / B);
+//   - optionally: recompute the forward in backward (See Note [Activation
+//     checkpointing]) and stash weights (See Note [Weight stashing]).
+//
+// Stage s of P, and who talks to whom for micro-batch i:
+//
+//     stage s-1  --activation, tag 2i-->  stage s  --activation, tag 2i-->  stage s+1
+//     stage s-1  <--gradient, tag 2i+1--  stage s  <--gradient, tag 2i+1--  stage s+1
+//
+// With m = 1 and GPipe's order this is naive model parallelism: one batch goes
+// through the stages one after another and back, and only one stage works at a time.
+#include <mpi.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "harness/comm/mpi.h"
+#include "harness/error.h"
+#include "lab07/pipeline.h"
+
+namespace dtl::lab07 {
+
+PipelineStage::PipelineStage(MPI_Comm pipeline, nn::Model model, const nn::Stage& stage, PipelineOptions options)
+    : model_(std::move(model)), stage_info_(stage), options_(std::move(options)) {
+  // Every check comes before the collective Comm duplicate below, and depends only
+  // on arguments every rank has, so a bad argument throws on every rank and no
+  // rank is left waiting in the duplicate.
+  const auto [rank, size] = rank_and_size(pipeline);
+  DTL_REQUIRE_ARG(model_.unit_count() == stage.end - stage.begin && model_.unit_count() >= 1, "PipelineStage",
+                  "model", "holds " + std::to_string(model_.unit_count()) + " units; stage [" +
+                               std::to_string(stage.begin) + ", " + std::to_string(stage.end) + ") needs " +
+                               std::to_string(stage.end - stage.begin) + " (at least 1)");
+  DTL_REQUIRE_ARG(model_.dtype() == nn::DType::kF32, "PipelineStage", "model", "must compute in f32");
+  DTL_REQUIRE_ARG(!stage.input_shape.empty() && !stage.output_shape.empty() &&
+                      stage.input_shape[0] == stage.output_shape[0] && stage.input_shape[0] >= 1,
+                  "PipelineStage", "stage",
+                  "must have input and output shapes whose first dimension is the same batch B >= 1, not " +
+                      nn::to_string(stage.input_shape) + " and " + nn::to_string(stage.output_shape));
+  batch_ = stage.input_shape[0];
+  const int m = options_.micro_batches;
+  DTL_REQUIRE_ARG(m >= 1 && m <= batch_ && m <= kMaxMicroBatches, "PipelineStage", "micro_batches",
+                  "is " + std::to_string(m) + "; it must be in [1, " +
+                      std::to_string(std::min<std::int64_t>(batch_, kMaxMicroBatches)) + "] (at least one row each)");
+  comm_ = Comm(pipeline);  // our own matching context: no message of the caller's can match ours
+  stage_ = rank;
+  stages_ = size;
+}
+
+PipelineStage::~PipelineStage() {
+  // Only after an exception can requests still be pending here. Receives are
+  // cancelled. A send cannot be taken back: its request is freed and its buffer
+  // deliberately leaked, since MPI may still read it.
+  for (std::vector<Pending>* list : {&activation_recv_, &gradient_recv_}) {
+    for (Pending& p : *list) {
+      if (p.request == MPI_REQUEST_NULL) continue;
+      MPI_Cancel(&p.request);
+      MPI_Wait(&p.request, MPI_STATUS_IGNORE);
+    }
+  }
+  for (Pending& p : sends_) {
+    if (p.request == MPI_REQUEST_NULL) continue;
+    MPI_Request_free(&p.request);
+    new nn::Tensor(std::move(p.buffer));  // NOLINT: leaked on purpose, see above
+  }
+}
+
+void PipelineStage::check_schedule(std::span<const Action> schedule) const {
+  const int m = options_.micro_batches;
+  auto bad = [&](std::size_t k, const std::string& why) {
+    throw_invalid_argument("PipelineStage::train_step", "schedule",
+                           "action " + std::to_string(k) + " (" + schedule_string(schedule.subspan(k, 1)) + ") " +
+                               why + "; the schedule is: " + schedule_string(schedule));
+  };
+  std::vector<char> forward_done(static_cast<std::size_t>(m), 0), backward_done(static_cast<std::size_t>(m), 0);
+  for (std::size_t k = 0; k < schedule.size(); ++k) {
+    const Action& a = schedule[k];
+    if (a.op != Op::kForward && a.op != Op::kBackward) bad(k, "is neither F nor B");
+    if (a.micro_batch < 0 || a.micro_batch >= m) {
+      bad(k, "names a micro-batch outside [0, " + std::to_string(m) + ")");
+    }
+    const auto i = static_cast<std::size_t>(a.micro_batch);
+    if (a.op == Op::kForward) {
+      if (forward_done[i]) bad(k, "repeats a forward");
+      forward_done[i] = 1;
+    } else {
+      if (!forward_done[i]) bad(k, "comes before the forward of its micro-batch");
+      if (backward_done[i]) bad(k, "repeats a backward");
+      backward_done[i] = 1;
+    }
+  }
+  DTL_REQUIRE_ARG(schedule.size() == 2 * static_cast<std::size_t>(m), "PipelineStage::train_step", "schedule",
+                  "has " + std::to_string(schedule.size()) + " actions; m = " + std::to_string(m) +
+                      " micro-batches need one F and one B each: " + schedule_string(schedule));
+}
+
+// ---------------------------------------------------------------------------
+// Messages
+// ---------------------------------------------------------------------------
+
+void PipelineStage::post_receive(const Action& action) {
+  const int i = action.micro_batch;
+  const bool forward = action.op == Op::kForward;
+  // Stage 0 reads its input from x; the last stage makes its gradient from the loss.
+  if (forward ? stage_ == 0 : stage_ == stages_ - 1) return;
+  Pending& p = (forward ? activation_recv_ : gradient_recv_)[static_cast<std::size_t>(i)];
+  if (p.posted) return;
+  // TODO(student): Allocate the buffer (kCommunication, f32): an activation has the stage's input
+  //   shape, a gradient its output shape, each with micro-batch i's rows
+  //   (micro_batch_rows, with_rows). MPI_Irecv it from stage s-1 with activation_tag(i),
+  //   or from s+1 with gradient_tag(i), on comm_. Mark it posted.
+  throw dtl::NotImplemented("PipelineStage::post_receive");
+}
+
+void PipelineStage::post_receives(std::span<const Action> schedule, std::size_t k) {
+  // TODO(student): Post the receive of action k, and one ahead: of the next forward and of the next
+  //   backward after k. A receive posted before its message arrives lets the sender's
+  //   MPI_Isend complete at once, even above the eager limit.
+  throw dtl::NotImplemented("PipelineStage::post_receives");
+}
+
+nn::Tensor PipelineStage::wait_receive(const Action& action) {
+  Pending& p =
+      (action.op == Op::kForward ? activation_recv_ : gradient_recv_)[static_cast<std::size_t>(action.micro_batch)];
+  // TODO(student): MPI_Wait on the receive (a blocking wait: this is where a stage idles in the
+  //   bubble) and hand the buffer over; the Pending keeps no handle to it.
+  throw dtl::NotImplemented("PipelineStage::wait_receive");
+}
+
+void PipelineStage::send(const nn::Tensor& t, int peer, int tag) {
+  // TODO(student): Copy t into a kCommunication buffer (the layer may overwrite or free t before
+  //   the send completes), MPI_Isend the copy to peer with tag on comm_, and keep both
+  //   in sends_ until the send completes.
+  throw dtl::NotImplemented("PipelineStage::send");
+}
+
+void PipelineStage::test_sends() {
+  // TODO(student): MPI_Test each send in flight and drop the completed ones (their copies are freed).
+  throw dtl::NotImplemented("PipelineStage::test_sends");
+}
+
+void PipelineStage::wait_sends() {
+  // TODO(student): MPI_Waitall over the sends in flight, then drop them. Every one has a matching
+  //   receive in the neighbour's schedule, so this completes.
+  throw dtl::NotImplemented("PipelineStage::wait_sends");
+}
+
+// ---------------------------------------------------------------------------
+// Forward and backward of one micro-batch
+// ---------------------------------------------------------------------------
+
+void PipelineStage::forward(int i, const nn::Tensor& x, const nn::Tensor& targets) {
+  const RowRange rows = micro_batch_rows(batch_, options_.micro_batches, i);
+  Event event{Op::kForward, i, version_, 0.0, 0.0};
+  // TODO(student): The input: rows of x on stage 0 (row_view, no copy), else the received activation
+  //   (wait_receive). Then the compute, timed (event.begin_seconds, end_seconds): stash
+  //   the weights if options_.stash (save(i, version_)); set_slot(i); forward; on the
+  //   last stage also the loss of these rows, added to the step's loss with weight
+  //   rows/B, and its gradient backward(rows/B) kept (a kCommunication clone) for B(i).
+  //   After the compute: not the last stage, send the output to s+1 with
+  //   activation_tag(i). Keep the input for B(i) (checkpointing needs it); with
+  //   options_.checkpoint, release the slot now.
+  throw dtl::NotImplemented("PipelineStage::forward");
+  events_.push_back(event);
+  if (options_.timeline != nullptr) {
+    options_.timeline->add("compute", "F" + std::to_string(i), event.begin_seconds, event.end_seconds,
+                           {{"micro_batch", std::to_string(i)}, {"stage", std::to_string(stage_)}});
+  }
+}
+
+void PipelineStage::backward(int i) {
+  Event event{Op::kBackward, i, version_, 0.0, 0.0};
+  // TODO(student): The gradient: the kept loss gradient on the last stage, else the received one
+  //   (wait_receive). Then the compute, timed: with a stash, begin_backward(i) (its
+  //   version is the event's); set_slot(i); with options_.checkpoint, forward the kept
+  //   input again first; backward. After it: not stage 0, send dx to s-1 with
+  //   gradient_tag(i). Release the slot, drop what micro-batch i kept, and with a
+  //   stash, end_backward(i).
+  throw dtl::NotImplemented("PipelineStage::backward");
+  events_.push_back(event);
+  if (options_.timeline != nullptr) {
+    options_.timeline->add("compute", "B" + std::to_string(i), event.begin_seconds, event.end_seconds,
+                           {{"micro_batch", std::to_string(i)}, {"stage", std::to_string(stage_)}});
+  }
+  // PipeDream's asynchronous mode: the caller updates the weights now.
+  if (options_.after_backward) {
+    options_.after_backward(i);
+    ++version_;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// One step
+// ---------------------------------------------------------------------------
+
+double PipelineStage::train_step(const nn::Tensor& x, const nn::Tensor& targets, std::span<const Action> schedule) {
+  check_schedule(schedule);
+  if (stage_ == 0) {
+    DTL_REQUIRE_ARG(x.defined() && x.ndim() >= 1 && x.shape()[0] == batch_, "PipelineStage::train_step", "x",
+                    "must have the batch's " + std::to_string(batch_) + " rows on stage 0");
+  }
+  if (stage_ == stages_ - 1) {
+    DTL_REQUIRE_ARG(targets.defined() && targets.ndim() >= 1 && targets.shape()[0] == batch_,
+                    "PipelineStage::train_step", "targets",
+                    "must have the batch's " + std::to_string(batch_) + " rows on the last stage");
+  }
+  const auto m = static_cast<std::size_t>(options_.micro_batches);
+  events_.clear();
+  step_loss_ = 0.0;
+  if (!options_.after_backward) model_.zero_grad();
+  activation_recv_.assign(m, Pending{});
+  gradient_recv_.assign(m, Pending{});
+  inputs_.assign(m, nn::Tensor());
+  loss_grads_.assign(m, nn::Tensor());
+  // TODO(student): For each action k of the schedule, in order: post_receives(schedule, k), run
+  //   forward(i, x, targets) or backward(i), then test_sends() to free what has gone.
+  //   At the end wait_sends(): nothing may be in flight when the step returns.
+  throw dtl::NotImplemented("PipelineStage::train_step");
+  return stage_ == stages_ - 1 ? step_loss_ : 0.0;
+}
+
+}  // namespace dtl::lab07
