@@ -64,8 +64,9 @@ REFUSED_C: dict[str, list[str]] = {
 # C symbols allowed in every lab (fnmatch patterns).
 ALLOWED_C = [
     # MPI (the lab's [[imports.refuse]] takes out what a lab must not use) and its
-    # predefined handles (MPI_COMM_WORLD is &ompi_mpi_comm_world, MPI_FLOAT &ompi_mpi_float).
-    "MPI_*", "ompi_mpi_*",
+    # predefined handles (MPI_COMM_WORLD is &ompi_mpi_comm_world, MPI_FLOAT &ompi_mpi_float,
+    # MPI_REQUEST_NULL &ompi_request_null, MPI_MESSAGE_NULL &ompi_message_null).
+    "MPI_*", "ompi_mpi_*", "ompi_request_null", "ompi_message_null", "ompi_message_no_proc",
     # The C++ runtime that any C++ code imports.
     "__cxa_*", "__gxx_personality_v0", "_Unwind_Resume", "__dynamic_cast", "__stack_chk_fail",
     "_GLOBAL_OFFSET_TABLE_", "__dso_handle", "__tls_get_addr", "__libc_single_threaded", "__once_proxy",
