@@ -1,8 +1,10 @@
-// Task C: the mixed-precision DDP step.
+// Task C: the mixed-precision DDP step; and, last, tasks A, B and C together.
 //
 // Oracles: the fp32 single-process run (mixed_test_util.h), closed forms for the
 // memory per category and the scale trajectory, and bit equality of parameters
-// across ranks and across a skipped step.
+// across ranks and across a skipped step. Task C's tests give the trainer the
+// test's own rounding, averaging and scaler (oracle_hooks()), so they grade task C
+// alone; the Together tests run your tasks A and B inside it.
 //
 // Tolerances, and why they are what they are: the mixed run's forward uses
 // weights rounded to 16 bits (relative error up to 2^-11 for fp16, 2^-8 for
@@ -35,6 +37,7 @@ lab05::MixedOptions options_for(lab05::Precision p) {
   o.precision = p;
   o.adamw = kAdamW;
   o.bucket_cap_bytes = 1000;  // several buckets, one not full
+  o.hooks = oracle_hooks();   // tasks A and B's pieces from the test: see mixed_test_util.h
   // fp16 with a static scale the gradients of these models never overflow; bf16 and fp32 unscaled.
   o.scaler = p == lab05::Precision::kF16 ? lab05::LossScalerOptions{.mode = lab05::ScalingMode::kStatic, .init_scale = 256.0f}
                                          : lab05::LossScalerOptions{.mode = lab05::ScalingMode::kNone};
@@ -300,6 +303,7 @@ TEST(MixedTraining, Fp16DynamicAndBf16ReachTheFp32Accuracy) {
     lab05::MixedOptions o;
     o.precision = p;
     o.adamw = adam;
+    o.hooks = oracle_hooks();
     o.scaler = p == lab05::Precision::kF16
                    ? lab05::LossScalerOptions{.mode = lab05::ScalingMode::kDynamic, .init_scale = 65536.0f, .growth_interval = 50}
                    : lab05::LossScalerOptions{.mode = lab05::ScalingMode::kNone};
@@ -333,6 +337,74 @@ TEST(TrainerErrors, BadModelsAndOptionsNameTheArgument) {
     EXPECT_NE(std::string(e.what()).find("bucket_cap_bytes"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("rank"), std::string::npos) << e.what();
   }
+}
+
+// ---------------------------------------------------------------------------
+// Tasks A, B and C together: the trainer with its own pieces (no hooks), so
+// your reduce_half_sum() (inside Open MPI), allreduce_mean_half(),
+// round_to_half() and LossScaler all run. Graded as one item of its own.
+// ---------------------------------------------------------------------------
+
+// fp16 with dynamic scaling (init 2^8, growth every 2 clean steps: the scale is
+// 2^(8 + step / 2) by hand, and never overflows here), pre-divide; bf16 unscaled,
+// post-divide. Each loss within the fp32 single process's tolerance.
+TEST(Together, YourWholeStepMatchesOneFp32Process) {
+  auto backend_ = backend();
+  for (const CurveCase c : {CurveCase{ModelKind::kMlp, lab05::Precision::kF16},
+                            CurveCase{ModelKind::kGpt, lab05::Precision::kF16},
+                            CurveCase{ModelKind::kMlp, lab05::Precision::kBF16}}) {
+    const std::string what = std::string(model_name(c.model)) + " " + lab05::precision_name(c.precision);
+    const std::vector<double> expected = fp32_losses(c.model, 3, kCurveSteps);
+    nn::Model model = make_model(c.model, 3 + static_cast<std::uint64_t>(comm().rank()) * 1000);
+    lab05::MixedOptions o;
+    o.precision = c.precision;
+    o.adamw = kAdamW;
+    o.bucket_cap_bytes = 1000;
+    if (c.precision == lab05::Precision::kF16) {
+      o.scaler = {.mode = lab05::ScalingMode::kDynamic, .init_scale = 256.0f, .growth_interval = 2};
+    } else {
+      o.scaler = {.mode = lab05::ScalingMode::kNone};
+      o.divide = lab05::DividePlacement::kPost;
+    }
+    lab05::MixedPrecisionTrainer trainer(*backend_, model, o);
+    for (int step = 0; step < kCurveSteps; ++step) {
+      const Batch b = rank_batch(c.model, step);
+      const lab05::StepResult r = trainer.step(b.x, b.y);
+      const float scale = c.precision == lab05::Precision::kF16 ? std::ldexp(1.0f, 8 + step / 2) : 1.0f;
+      EXPECT_EQ(r.scale, scale) << what << ", step " << step;
+      EXPECT_FALSE(r.skipped) << what << ", step " << step;
+      EXPECT_LE(std::abs(r.loss - expected[static_cast<std::size_t>(step)]), curve_tolerance(c.precision))
+          << what << ", step " << step << ": loss " << r.loss << ", fp32 single process "
+          << expected[static_cast<std::size_t>(step)];
+    }
+    EXPECT_TRUE(same_as_rank0(bytes_of(trainer.master()), what + " master weights"));
+  }
+}
+
+// Inputs of 1e6 on the last rank at step 2: every rank skips it, nothing moves,
+// the scale halves and grows back after 3 clean steps (by hand:
+// 2^10 2^10 2^10(skip) 2^9 2^9 2^9 2^10).
+TEST(Together, AnOverflowOnOneRankSkipsOnEveryRank) {
+  auto backend_ = backend();
+  nn::Model model = make_model(ModelKind::kMlp, 9);
+  lab05::MixedOptions o;
+  o.precision = lab05::Precision::kF16;
+  o.adamw = kAdamW;
+  o.scaler = {.mode = lab05::ScalingMode::kDynamic, .init_scale = 1024.0f, .growth_interval = 3};
+  lab05::MixedPrecisionTrainer trainer(*backend_, model, o);
+  const int last = comm().size() - 1;
+  const std::vector<float> scales = {1024, 1024, 1024, 512, 512, 512, 1024};
+  for (int step = 0; step < 7; ++step) {
+    const Batch b = rank_batch(ModelKind::kMlp, step, step == 2 && comm().rank() == last ? 1e6f : 1.0f);
+    const std::vector<std::uint8_t> master = bytes_of(trainer.master());
+    const lab05::StepResult r = trainer.step(b.x, b.y);
+    EXPECT_EQ(r.scale, scales[static_cast<std::size_t>(step)]) << "step " << step;
+    EXPECT_EQ(r.skipped, step == 2) << "rank " << comm().rank() << ", step " << step;
+    EXPECT_EQ(bytes_of(trainer.master()) == master, step == 2)
+        << "rank " << comm().rank() << ", step " << step << (step == 2 ? ": master moved in a skipped step"
+                                                                        : ": master did not move");
+  }
+  EXPECT_TRUE(same_as_rank0(bytes_of(trainer.master()), "master weights after the overflow"));
 }
 
 }  // namespace
