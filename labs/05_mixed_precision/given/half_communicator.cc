@@ -176,8 +176,9 @@ std::unique_ptr<Communicator> make_communicator(const std::string& name, MPI_Com
 #if DTL_HAVE_NCCL
     return std::make_unique<NcclCommunicator>(parent);
 #else
-    throw InvalidArgument("make_communicator: backend 'nccl': built without NCCL (it needs nvcc and NCCL at "
-                          "configure time; see cmake/README.md)");
+    throw_invalid_argument("make_communicator", "name",
+                           "is 'nccl', but this build has no NCCL (it needs nvcc and NCCL at configure time; "
+                           "see cmake/README.md)");
 #endif
   }
   const std::string prefix = "emulated:";
@@ -186,8 +187,8 @@ std::unique_ptr<Communicator> make_communicator(const std::string& name, MPI_Com
     LinkModel link = parse_link(name.substr(prefix.size()));
     return std::make_unique<EmulatedCommunicator>(std::make_unique<HalfSumCommunicator>(parent), std::move(link));
   }
-  throw InvalidArgument("make_communicator: unknown backend '" + name +
-                        "' (mpi-half, nccl, emulated:<link> such as emulated:10GbE)");
+  throw_invalid_argument("make_communicator", "name",
+                         "is '" + name + "', an unknown backend (mpi-half, nccl, emulated:<link> such as emulated:10GbE)");
 }
 
 }  // namespace dtl::lab05
