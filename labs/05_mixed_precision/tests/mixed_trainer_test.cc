@@ -11,8 +11,8 @@
 // bf16) and its gradients are rounded too, so its loss drifts from the fp32
 // run's by about that much per step. Over kCurveSteps steps of AdamW (lr 3e-3,
 // eps 1e-2: see kAdamW) the largest gap measured at 1-4 ranks was 2.7e-5 (fp16)
-// and 1.5e-4 (bf16), and 2e-9 for the fp32 trainer (summation order only); the
-// bounds are about 10x that. A forgotten unscale, a missing average, a skipped
+// and 1.6e-4 (bf16), and 2e-9 for the fp32 trainer (summation order only); the
+// bounds are about 10x that. A backward without the loss scale, a missing average, a skipped
 // optimizer step or a stale working copy move the loss by 1e-2 or more.
 #include <gtest/gtest.h>
 
