@@ -58,12 +58,14 @@ namespace dtl::lab05 {
 //     bf16        8         7       3.4e38          1.2e-38          9.2e-41             7.8e-3 (2^-7)
 //
 // fp16 has three more mantissa bits than bf16 (8 times finer steps) but a range
-// of only 2^-24 .. 65504. Gradients of a trained network are typically 1e-8 ..
-// 1e-3: a large part of them is below 2^-24 and rounds to zero in fp16
-// ("underflow"), and the rest keeps few significant bits as subnormals. bf16
-// keeps fp32's 8-bit exponent, so every gradient that is representable in fp32
-// (down to 1e-38) is representable in bf16 too, only less precisely: bf16 needs
-// no loss scaling. See Note [Loss scaling].
+// of only 2^-24 .. 65504. Gradients of large networks reach far below 2^-24
+// (Micikevicius et al., "Mixed Precision Training", 2018, plot an SSD detector's
+// activation gradients, many of them under fp16's range); those round to zero in
+// fp16 ("underflow"), and those just above keep few significant bits as
+// subnormals. (This lab's small models sit higher: bench/RESULTS.md measures
+// where.) bf16 keeps fp32's 8-bit exponent, so every gradient that is
+// representable in fp32 (down to 1e-38) is representable in bf16 too, only less
+// precisely: bf16 needs no loss scaling. See Note [Loss scaling].
 
 // Note [Loss scaling]
 // ~~~~~~~~~~~~~~~~~~~
