@@ -1,7 +1,9 @@
 """Lab 05 end to end: `grade.py 05 --reference` gives 110 / 110 without a GPU
 (100 public CPU points and 10 example hidden ones; the 5-point GPU item is
 reported as "not gradable without a GPU" and left out of the total), 115 / 115
-with one; `--skeleton` gives 0 fast, every item saying what is not implemented yet."""
+with one; `--skeleton` gives 0 fast, every item saying what is not implemented yet;
+one fault in one task costs that task's items (and "A+B+C") only."""
+import shutil
 import sys
 import unittest
 from pathlib import Path
@@ -13,6 +15,8 @@ sys.path.insert(0, str(helpers.ROOT / "grader"))
 from dtlgrade.runner import gpu_available  # noqa: E402
 
 HAVE_GPU = gpu_available()
+LAB_NAME = "05_mixed_precision"
+REFERENCE_SRC = helpers.ROOT / "reference" / LAB_NAME / "src"
 
 
 def gradable(tests: list[dict]) -> list[dict]:
@@ -30,8 +34,8 @@ class TestLab05Reference(helpers.GraderAssertions, unittest.TestCase):
         self.assertGradescopeJson(self.graded)
         self.assertEqual(self.graded.json["score"], 115 if HAVE_GPU else 110)
         self.assertEqual(self.graded.json["max_score"], 115 if HAVE_GPU else 110)
-        # 9 CPU items + 1 GPU item + 2 example hidden items
-        self.assertEqual(len(self.graded.json["tests"]), 12)
+        # 10 CPU items (A1-C4 and A+B+C) + 1 GPU item + 3 example hidden items
+        self.assertEqual(len(self.graded.json["tests"]), 14)
         self.assertFullMarks(gradable(self.graded.json["tests"]))
 
 
@@ -51,6 +55,72 @@ class TestLab05Skeleton(helpers.GraderAssertions, unittest.TestCase):
         self.assertNotIn("CRASHED", self.graded.output)
         for t in tests:
             self.assertIn("is not implemented yet", t["output"], t["name"])
+
+
+def submission_with(dest: Path, file: str, function: str, old: str, new: str) -> Path:
+    """The reference's src/ in `dest`, with `old` replaced by `new` inside `function`'s
+    solution block in `file` (a fault of one task)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in REFERENCE_SRC.glob("*.cc"):
+        shutil.copyfile(path, dest / path.name)
+    text = (dest / file).read_text()
+    start = text.index(f"// BEGIN SOLUTION({function})")
+    end = text.index("// END SOLUTION", start)
+    block = text[start:end]
+    if old not in block:
+        raise ValueError(f"{old!r} is not in {function}'s solution")
+    (dest / file).write_text(text[:start] + block.replace(old, new) + text[end:])
+    return dest
+
+
+# A fault of each task, and the items it must fail: its own task's (public and
+# hidden) and "A+B+C"; every other item keeps its points.
+FAULTS = {
+    # Task A: a sum, not an average (allreduce_mean_half() forgets to divide).
+    "A": ("half_reduce.cc", "allreduce_mean_half",
+          "  if (placement == DividePlacement::kPre) divide_half(dtype, buf, count, world);\n", "",
+          ("A2.", "A+B+C.", "Hidden A.")),
+    # Task B: the clean-step counter is not reset after an overflow.
+    "B": ("loss_scaler.cc", "LossScaler::update", "    clean_steps_ = 0;\n    if (dynamic) scale_ *= options_.backoff_factor;",
+          "    if (dynamic) scale_ *= options_.backoff_factor;", ("B2.", "A+B+C.", "Hidden B.")),
+    # Task C: the compute copies are not widened from the new working copy after a
+    # step, so forward keeps using the first weights.
+    "C": ("mixed_trainer.cc", "MixedPrecisionTrainer::step", "      nn::convert(compute_values_, working_);\n", "",
+          ("C2.", "C4.", "A+B+C.", "Hidden C.")),
+}
+
+
+class TestLab05OneFaultOneTask(helpers.GraderAssertions, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        folder = helpers.temp_folder(cls)
+        cls.runs = {}
+        for task, (file, function, old, new, _) in FAULTS.items():
+            sub = submission_with(folder / task, file, function, old, new)
+            cls.runs[task] = helpers.grade("--submission", str(sub), lab="05")
+
+    def check(self, task: str) -> None:
+        run = self.runs[task]
+        self.assertEqual(run.returncode, 0, run.output[-3000:])
+        self.assertGradescopeJson(run)
+        tests = gradable(run.json["tests"])
+        failing = FAULTS[task][4]
+        must_fail = [t for t in tests if t["name"].startswith(failing)]
+        self.assertEqual(len(must_fail), len(failing), [t["name"] for t in tests])
+        self.assertZero(must_fail)
+        # Every item of another task keeps its points (items of this task not
+        # listed above may pass or fail: the fault need not show everywhere).
+        own = (task, f"Hidden {task}.", "A+B+C.")
+        self.assertFullMarks([t for t in tests if not t["name"].startswith(own)])
+
+    def test_a_fault_in_task_a_costs_task_a_only(self):
+        self.check("A")
+
+    def test_a_fault_in_task_b_costs_task_b_only(self):
+        self.check("B")
+
+    def test_a_fault_in_task_c_costs_task_c_only(self):
+        self.check("C")
 
 
 if __name__ == "__main__":

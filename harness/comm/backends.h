@@ -52,8 +52,9 @@ inline std::unique_ptr<Communicator> make_backend(const std::string& name, MPI_C
 #if DTL_HAVE_NCCL
     return std::make_unique<NcclCommunicator>(parent);
 #else
-    throw InvalidArgument("make_communicator: backend 'nccl': built without NCCL (it needs nvcc and NCCL at "
-                          "configure time; see cmake/README.md)");
+    throw_invalid_argument("make_communicator", "name",
+                           "is 'nccl', but this build has no NCCL (it needs nvcc and NCCL at configure time; "
+                           "see cmake/README.md)");
 #endif
   }
   const std::string prefix = "emulated:";
@@ -63,7 +64,7 @@ inline std::unique_ptr<Communicator> make_backend(const std::string& name, MPI_C
     return std::make_unique<EmulatedCommunicator>(make_backend(emulated_over, parent, own, emulated_over, known),
                                                   std::move(link));
   }
-  throw InvalidArgument("make_communicator: unknown backend '" + name + "' (" + known + ")");
+  throw_invalid_argument("make_communicator", "name", "is '" + name + "', an unknown backend (" + known + ")");
 }
 
 }  // namespace dtl

@@ -1,6 +1,7 @@
 // Lab 05 benchmark: what 16-bit gradients buy in communication, and what a
 // mixed-precision step costs on this machine; memory per category; the loss
-// scale of a real fp16 run.
+// scale of a real fp16 run; where real gradients sit in fp16's range; and what
+// an fp32 master copy is for.
 //
 // Rows (2 ranks by default; `./dtl bench 05 -n 4` for more). Each pairs the
 // 16-bit version (impl) with fp32 through the same backend (vendor column:
@@ -10,24 +11,45 @@
 //                     err = max |result - exact f64 average| / max |exact average|
 //   Step/<backend>/<fp16|bf16>  one MixedPrecisionTrainer::step() (dynamic scaling
 //                     for fp16, none for bf16) beside the fp32 trainer's step,
-//                     with the gradient-averaging time of each (comm) and its ratio
+//                     with the gradient-averaging time of each (comm ratio)
 // backends: "mpi-half" (real shared memory: HalfSumCommunicator, 16-bit sums in
 // your reduce_half_sum() as an MPI user op) and "emulated 10GbE" / "emulated 1GbE"
 // (EmulatedCommunicator over mpi-half: the reduction is real, the time is the
 // alpha-beta model's — EMULATED, not measured on such a link).
 //
+// So that a row says *why* it is fast or slow, it also gives the two parts of
+// communication time separately: the link model's time for the 16-bit and the
+// fp32 average (model_seconds(); on an emulated link), and the arithmetic a
+// rank does for one average on this CPU, measured alone: one reduce_half_sum()
+// and one divide_half() pass over the buffer, against one MPI_Reduce_local
+// (MPI_SUM) and one divide of fp32. `late` is the fraction of the 16-bit
+// side's allreduces (in a step: the gradient buckets, the loss and the
+// found-inf flag) that ended after the link model said they would (the CPU,
+// not the link, set their time).
+//
 // After the rows, rank 0 prints the memory per category of the three precisions
-// (harness/nn's MemoryTracker) and runs fp16 with dynamic loss scaling on the
-// spirals for kTrajectorySteps steps, writing each step's scale, skip flag and
-// loss to lab05_scale_trajectory.csv in $DTL_TRACE_OUT (./dtl bench sets
-// build/bench-out), from which slides/05_mixed_precision/make_figures.py draws.
+// (harness/nn's MemoryTracker), the arithmetic cost per element with and
+// without hardware conversion (F16C, measured here for comparison; the lab's
+// code is portable C++), and runs, writing CSV files to $DTL_TRACE_OUT
+// (./dtl bench sets build/bench-out) from which slides/05_mixed_precision/make_figures.py draws:
+//   lab05_scale_trajectory.csv  fp16 with dynamic loss scaling on the spirals for
+//                     kTrajectorySteps steps: each step's scale, skip flag and loss;
+//   lab05_grad_histogram.csv    at three steps of that run, log2 |g| of rank 0's
+//                     fp32 gradients (one fp32 backward of the working weights);
+//   lab05_master_weights.csv    the spirals MLP trained in fp32, in bf16 with an fp32
+//                     master (the trainer), and with the weights kept in bf16 only.
 #include <mpi.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +60,8 @@
 #include "harness/comm/emulated_communicator.h"
 #include "harness/comm/mpi.h"
 #include "harness/error.h"
+#include "harness/nn/layers.h"
+#include "harness/nn/optim.h"
 #include "harness/nn/half.h"
 #include "harness/nn/memory.h"
 #include "harness/nn/model.h"
@@ -88,6 +112,52 @@ std::vector<float> gradients(std::size_t n, int rank) {
   return g;
 }
 
+// The arithmetic of one average on this rank, alone (no communication): one
+// reduce_half_sum() and one divide_half() pass over `count` 16-bit elements, or
+// one MPI_Reduce_local(MPI_SUM) and one divide of fp32. Seconds.
+double arithmetic_seconds(dtl::DType dtype, std::size_t count, int world) {
+  if (dtype == dtl::DType::kF32) {
+    std::vector<float> a(count, 1.0f), b(count, 2.0f);
+    const double begin = dtl::clock_seconds();
+    DTL_MPI_CHECK(MPI_Reduce_local(a.data(), b.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM));
+    dtl::divide_in_place(b.data(), count, dtl::DType::kF32, world);
+    return dtl::clock_seconds() - begin;
+  }
+  const std::uint16_t one = dtype == dtl::DType::kF16 ? nn::float_to_f16_bits(1.0f) : nn::float_to_bf16_bits(1.0f);
+  std::vector<std::uint16_t> a(count, one), b(count, one);
+  const double begin = dtl::clock_seconds();
+  lab05::reduce_half_sum(dtype, a.data(), b.data(), count);
+  lab05::divide_half(dtype, b.data(), count, static_cast<float>(world));
+  return dtl::clock_seconds() - begin;
+}
+
+// The link model's time of one allreduce of `bytes` (0 on real shared memory).
+double link_seconds(const std::string& label, std::size_t bytes, int world) {
+  if (label == "mpi-half") return 0.0;
+  return dtl::model_seconds(dtl::link_by_name(label), dtl::CollectiveKind::kAllreduce, bytes, world);
+}
+
+std::size_t late_operations(dtl::Communicator& c) {
+  auto* emulated = dynamic_cast<dtl::EmulatedCommunicator*>(&c);
+  return emulated == nullptr ? 0 : emulated->late_operations();
+}
+
+// The columns that split communication into the link and the arithmetic.
+void parts(benchmark::State& state, const std::string& label, dtl::DType dtype, std::size_t count, int world,
+           int allreduces, std::size_t late, std::size_t issued) {
+  std::vector<double> a16, a32;
+  for (int i = 0; i < 5; ++i) {
+    a16.push_back(slowest(arithmetic_seconds(dtype, count, world)));
+    a32.push_back(slowest(arithmetic_seconds(dtl::DType::kF32, count, world)));
+  }
+  const double l16 = link_seconds(label, count * 2, world), l32 = link_seconds(label, count * 4, world);
+  state.counters["link16_ms"] = l16 * 1e3 * allreduces;
+  state.counters["link32_ms"] = l32 * 1e3 * allreduces;
+  state.counters["arith16_ms"] = dtl::bench::median(a16) * 1e3 * allreduces;
+  state.counters["arith32_ms"] = dtl::bench::median(a32) * 1e3 * allreduces;
+  state.counters["late"] = issued == 0 ? 0.0 : static_cast<double>(late) / static_cast<double>(issued);
+}
+
 void comm_row(benchmark::State& state, const std::string& label, dtl::DType dtype, lab05::DividePlacement where) {
   dtl::Communicator& c = backend(label);
   const std::vector<float> mine = gradients(kCommCount, c.rank());
@@ -105,11 +175,17 @@ void comm_row(benchmark::State& state, const std::string& label, dtl::DType dtyp
     }
   };
   dtl::bench::PairedTimer timer;
+  std::size_t late = 0, issued = 0;
   for (auto _ : state) {
     load_half();
     f32 = mine;
     state.SetIterationTime(timer.time_pair(
-        [&] { lab05::allreduce_mean_half(c, half.data(), kCommCount, dtype, where); },
+        [&] {
+          const std::size_t before = late_operations(c);
+          lab05::allreduce_mean_half(c, half.data(), kCommCount, dtype, where);
+          late += late_operations(c) - before;
+          ++issued;
+        },
         [&] { c.allreduce(f32.data(), kCommCount, dtl::DType::kF32, dtl::ReduceOp::kAvg).wait(); }));
   }
   double worst = 0.0, top = 0.0;
@@ -121,9 +197,8 @@ void comm_row(benchmark::State& state, const std::string& label, dtl::DType dtyp
   state.counters["impl_ms"] = timer.impl_median() * 1e3;
   state.counters["fp32_ms"] = timer.vendor_median() * 1e3;
   state.counters["ratio"] = timer.ratio_median();
-  state.counters["comm_ms"] = timer.impl_median() * 1e3;
-  state.counters["fp32_comm_ms"] = timer.vendor_median() * 1e3;
   state.counters["comm_ratio"] = timer.ratio_median();
+  parts(state, label, dtype, kCommCount, c.world_size(), 1, late, issued);
   state.counters["bytes"] = static_cast<double>(kCommCount * 2);
   state.counters["err"] = std::isfinite(worst) ? worst / top : INFINITY;
 }
@@ -157,8 +232,16 @@ void step_row(benchmark::State& state, const std::string& label, lab05::Precisio
   fp32.step();
   dtl::bench::PairedTimer timer;
   std::vector<double> comm_impl, comm_fp32, ratios;
+  std::size_t late = 0, issued = 0;
   for (auto _ : state) {
-    state.SetIterationTime(timer.time_pair([&] { impl.step(); }, [&] { fp32.step(); }));
+    state.SetIterationTime(timer.time_pair(
+        [&] {
+          const std::size_t before = late_operations(c);
+          impl.step();
+          late += late_operations(c) - before;
+          issued += static_cast<std::size_t>(impl.last.buckets) + 2;  // + the loss and the found-inf flag
+        },
+        [&] { fp32.step(); }));
     const double a = slowest(impl.last.comm_seconds), b = slowest(fp32.last.comm_seconds);
     comm_impl.push_back(a);
     comm_fp32.push_back(b);
@@ -167,9 +250,11 @@ void step_row(benchmark::State& state, const std::string& label, lab05::Precisio
   state.counters["impl_ms"] = timer.impl_median() * 1e3;
   state.counters["fp32_ms"] = timer.vendor_median() * 1e3;
   state.counters["ratio"] = timer.ratio_median();
-  state.counters["comm_ms"] = dtl::bench::median(comm_impl) * 1e3;
-  state.counters["fp32_comm_ms"] = dtl::bench::median(comm_fp32) * 1e3;
   state.counters["comm_ratio"] = dtl::bench::median(ratios);
+  // One bucket (the default 25 MiB cap holds the whole MLP's 16-bit gradients).
+  const auto count = static_cast<std::size_t>(impl.model.parameter_count());
+  parts(state, label, p == lab05::Precision::kF16 ? dtl::DType::kF16 : dtl::DType::kBF16, count,
+        c.world_size(), impl.last.buckets, late, issued);
   state.counters["bytes"] = static_cast<double>(impl.last.comm_bytes);
   state.counters["err"] = 0.0;
 }
@@ -184,8 +269,12 @@ void register_rows() {
                 static_cast<long long>(kHidden), kDepth, static_cast<long long>(kClasses),
                 static_cast<long long>(params), static_cast<long long>(kBatch));
     std::printf("# impl = 16-bit, vendor = fp32 through the same backend (MPI_Allreduce, MPI_SUM); ratio = impl/fp32 "
-                "per pair, median. 'emulated' rows: times are the alpha-beta model's, the reduction is real. "
-                "err: max |16-bit average - exact| / max |exact|\n");
+                "per pair, median (Step rows: the step; comm ratio: its gradient averaging). 'emulated' rows: times "
+                "are the alpha-beta model's, the reduction is real. link: the link model's time for the 16-bit and the "
+                "fp32 average (0: no model, real shared memory). arith: one rank's adds and divide of one average, measured alone "
+                "(16-bit: reduce_half_sum + divide_half; fp32: MPI_Reduce_local + divide). late: fraction of the 16-bit "
+                "side's allreduces (Step rows: gradient buckets, loss, found-inf flag) that ended after the link "
+                "model's time. err: max |16-bit average - exact| / max |exact|\n");
   }
   std::vector<std::string> backends = {"mpi-half", "10GbE", "1GbE"};
   if (dtl::bench::quick()) backends = {"mpi-half", "10GbE"};
@@ -233,8 +322,111 @@ void print_memory() {
   }
 }
 
+#if defined(__x86_64__)
+// For comparison only (the lab's code is portable C++): one 16-bit sum and divide
+// pass with the F16C instructions (vcvtph2ps / vcvtps2ph, round to nearest even),
+// which widen and round 8 fp16 values per instruction. Same bits as the portable
+// conversions (checked below). count: a multiple of 8.
+__attribute__((target("avx,f16c"))) void f16c_sum_and_divide(const std::uint16_t* in, std::uint16_t* inout,
+                                                              std::size_t count, float divisor) {
+  const __m256 d = _mm256_set1_ps(divisor);
+  for (std::size_t i = 0; i < count; i += 8) {  // count is a multiple of 8 here (kCommCount)
+    const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(inout + i)));
+    const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+    const __m128i sum = _mm256_cvtps_ph(_mm256_add_ps(a, b), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(inout + i),
+                     _mm256_cvtps_ph(_mm256_div_ps(_mm256_cvtph_ps(sum), d), _MM_FROUND_TO_NEAREST_INT));
+  }
+}
+#endif
+
+// What one average's arithmetic costs per element on this CPU: the lab's
+// portable conversions, hardware conversion (F16C) where the CPU has it, and
+// the vendor's fp32 sum.
+void print_arithmetic() {
+  if (comm().rank() != 0) return;
+  const std::size_t n = kCommCount;
+  auto best_of = [](const std::function<double()>& fn) {
+    double best = 1e30;
+    for (int i = 0; i < 9; ++i) best = std::min(best, fn());
+    return best;
+  };
+  const double f16 = best_of([&] { return arithmetic_seconds(dtl::DType::kF16, n, 2); });
+  const double bf16 = best_of([&] { return arithmetic_seconds(dtl::DType::kBF16, n, 2); });
+  const double f32 = best_of([&] { return arithmetic_seconds(dtl::DType::kF32, n, 2); });
+  static_assert(kCommCount % 8 == 0, "f16c_sum_and_divide() takes whole vectors");
+  std::printf("\n# arithmetic of one average, %zu elements, one rank (best of 9): sum pass + divide pass\n", n);
+  std::printf("| arithmetic | ms | ns per element |\n| --- | ---: | ---: |\n");
+  auto row = [n](const char* what, double seconds) {
+    std::printf("| %s | %.2f | %.2f |\n", what, seconds * 1e3, seconds * 1e9 / static_cast<double>(n));
+  };
+  row("fp16, reduce_half_sum + divide_half (portable conversions)", f16);
+  row("bf16, reduce_half_sum + divide_half (portable conversions)", bf16);
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx")) {
+    dtl::Rng rng(3);
+    std::vector<std::uint16_t> a(n), b(n), c, d;
+    for (std::size_t i = 0; i < n; ++i) {
+      a[i] = nn::float_to_f16_bits(static_cast<float>(rng.normal()));
+      b[i] = nn::float_to_f16_bits(static_cast<float>(rng.normal()));
+    }
+    c = b;
+    d = b;
+    f16c_sum_and_divide(a.data(), c.data(), n, 3.0f);
+    lab05::reduce_half_sum(dtl::DType::kF16, a.data(), d.data(), n);
+    lab05::divide_half(dtl::DType::kF16, d.data(), n, 3.0f);
+    const double hw = best_of([&] {
+      std::vector<std::uint16_t> e = b;
+      const double begin = dtl::clock_seconds();
+      f16c_sum_and_divide(a.data(), e.data(), n, 2.0f);
+      return dtl::clock_seconds() - begin;
+    });
+    row(c == d ? "fp16, F16C hardware conversion (same bits as above)" : "fp16, F16C (BITS DIFFER from the above)", hw);
+  } else {
+    std::printf("| fp16, F16C hardware conversion | (this CPU has no F16C) | |\n");
+  }
+#endif
+  row("fp32, MPI_Reduce_local (MPI_SUM) + divide_in_place", f32);
+}
+
+std::string out_path(const char* file) {
+  const char* dir = std::getenv("DTL_TRACE_OUT");
+  return std::string(dir != nullptr && *dir != '\0' ? dir : ".") + "/" + file;
+}
+
+std::FILE* open_csv(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) throw dtl::Error("cannot write " + path);
+  return f;
+}
+
+// log2 |g| of the fp32 gradients of `working` (widened) on rows x, y: one
+// forward and backward of a probe model of the same shape, at loss scale 1.
+// Buckets floor(log2 |g|) from -60 to 10; exact zeros counted apart.
+std::map<int, std::int64_t> gradient_histogram(const lab05::MixedPrecisionTrainer& trainer, const nn::Tensor& x,
+                                               const nn::Tensor& y) {
+  nn::Model probe = nn::make_mlp(2, 64, 3, 2, 3);
+  const std::vector<nn::Parameter*> params = probe.parameters();
+  const nn::Tensor values = nn::flatten_values(params), grads = nn::flatten_grads(params);
+  nn::convert(values, trainer.working());
+  nn::SoftmaxCrossEntropy ce;
+  probe.zero_grad();
+  ce.forward(probe.forward(x), y);
+  probe.backward(ce.backward());
+  std::map<int, std::int64_t> bins;
+  for (float g : grads.span<float>()) {
+    if (g == 0.0f) {
+      ++bins[-1000];
+      continue;
+    }
+    ++bins[std::clamp(static_cast<int>(std::floor(std::log2(std::abs(g)))), -60, 10)];
+  }
+  return bins;
+}
+
 // fp16 with dynamic scaling on the spirals (every rank its share of 64 rows),
-// default GradScaler settings except a growth interval of 100.
+// default GradScaler settings except a growth interval of 100. At three steps,
+// rank 0 also records where its fp32 gradients sit (gradient_histogram()).
 void scale_trajectory() {
   dtl::Communicator& c = backend("mpi-half");
   const dtl::data::Classification data = dtl::data::make_spirals(4000, 3, 0.1f, 5);
@@ -248,7 +440,9 @@ void scale_trajectory() {
   nn::Tensor x = nn::Tensor::zeros({rows, 2}, nn::DType::kF32, nn::MemoryCategory::kOther);
   nn::Tensor y = nn::Tensor::zeros({rows}, nn::DType::kI32, nn::MemoryCategory::kOther);
   const int steps = dtl::bench::quick() ? 300 : kTrajectorySteps;
+  const std::vector<int> probes = {0, steps / 10, steps - 1};
   std::vector<lab05::StepResult> results;
+  std::vector<std::pair<int, std::map<int, std::int64_t>>> histograms;
   for (int step = 0; step < steps; ++step) {
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t row = (step * global + c.rank() * rows + r) % data.count;
@@ -256,13 +450,14 @@ void scale_trajectory() {
       x.data<float>()[2 * r + 1] = data.x[static_cast<std::size_t>(2 * row + 1)];
       y.data<std::int32_t>()[r] = data.y[static_cast<std::size_t>(row)];
     }
+    if (c.rank() == 0 && std::find(probes.begin(), probes.end(), step) != probes.end()) {
+      histograms.emplace_back(step, gradient_histogram(trainer, x, y));
+    }
     results.push_back(trainer.step(x, y));
   }
   if (c.rank() != 0) return;
-  const char* dir = std::getenv("DTL_TRACE_OUT");
-  const std::string path = std::string(dir != nullptr && *dir != '\0' ? dir : ".") + "/lab05_scale_trajectory.csv";
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (f == nullptr) throw dtl::Error("cannot write " + path);
+  const std::string path = out_path("lab05_scale_trajectory.csv");
+  std::FILE* f = open_csv(path);
   std::fprintf(f, "step,scale,skipped,loss,underflow_fraction\n");
   int skipped = 0;
   for (std::size_t i = 0; i < results.size(); ++i) {
@@ -274,21 +469,132 @@ void scale_trajectory() {
   std::printf("\n# loss scale, fp16 dynamic (init 2^16, growth interval 100) on the spirals, %d steps at %d ranks: "
               "%d skipped, final scale %g, final loss %.4f; per step in %s\n",
               steps, c.world_size(), skipped, trainer.scaler().scale(), results.back().loss, path.c_str());
+  const std::string hist_path = out_path("lab05_grad_histogram.csv");
+  f = open_csv(hist_path);
+  std::fprintf(f, "step,scale,log2_bin,count\n");
+  for (const auto& [step, bins] : histograms) {
+    std::int64_t total = 0, below = 0, below_scaled = 0;
+    const float scale = results[static_cast<std::size_t>(step)].scale;
+    const int s = static_cast<int>(std::log2(scale));
+    for (const auto& [bin, count] : bins) {
+      std::fprintf(f, "%d,%g,%d,%lld\n", step, scale, bin, static_cast<long long>(count));
+      if (bin == -1000) continue;
+      total += count;
+      below += bin < -25 ? count : 0;             // |g| < 2^-25: zero in fp16 (2^-25 itself ties to zero)
+      below_scaled += bin + s < -25 ? count : 0;  // the same at the run's scale
+    }
+    std::printf("# gradients at step %d (rank 0, fp32 backward of the working weights): %lld non-zero; below 2^-25 "
+                "(zero in fp16): %lld at scale 1, %lld at the run's scale 2^%d\n",
+                step, static_cast<long long>(total), static_cast<long long>(below),
+                static_cast<long long>(below_scaled), s);
+  }
+  std::fclose(f);
+  std::printf("# histograms in %s\n", hist_path.c_str());
+}
+
+// Note [Master weights], run: the spirals MLP with AdamW, lr 1e-4 (updates of
+// about 1e-4, below bf16's spacing for weights above 2^-6), on one rank,
+// (1) in fp32; (2) bf16 working copy with an fp32 master (the trainer, bf16,
+// no scaling); (3) weights kept in bf16 only: the same AdamW step, and then the
+// weights rounded to bf16 in place, as if there were no fp32 copy.
+void master_weights() {
+  if (comm().rank() != 0) return;
+  constexpr int kSteps = 1500;
+  const int steps = dtl::bench::quick() ? 300 : kSteps;
+  const dtl::data::Classification data = dtl::data::make_spirals(4000, 3, 0.1f, 5);
+  const nn::AdamWOptions adam{.lr = 1e-4f, .weight_decay = 0.0f};
+  const std::int64_t rows = 64;
+  auto batch = [&](int step, nn::Tensor& x, nn::Tensor& y) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t row = (step * rows + r) % data.count;
+      x.data<float>()[2 * r] = data.x[static_cast<std::size_t>(2 * row)];
+      x.data<float>()[2 * r + 1] = data.x[static_cast<std::size_t>(2 * row + 1)];
+      y.data<std::int32_t>()[r] = data.y[static_cast<std::size_t>(row)];
+    }
+  };
+  nn::Tensor x = nn::Tensor::zeros({rows, 2}, nn::DType::kF32, nn::MemoryCategory::kOther);
+  nn::Tensor y = nn::Tensor::zeros({rows}, nn::DType::kI32, nn::MemoryCategory::kOther);
+  // (1) and (3): harness/nn only.
+  auto plain = [&](bool bf16_only) {
+    nn::Model model = nn::make_mlp(2, 64, 3, 2, 3);
+    const std::vector<nn::Parameter*> params = model.parameters();
+    const nn::Tensor values = nn::flatten_values(params), grads = nn::flatten_grads(params);
+    nn::Tensor rounded = nn::Tensor::zeros({values.numel()}, nn::DType::kBF16, nn::MemoryCategory::kOther);
+    if (bf16_only) {
+      nn::convert(rounded, values);
+      nn::convert(values, rounded);
+    }
+    nn::AdamW opt(adam, values.numel());
+    nn::SoftmaxCrossEntropy ce;
+    std::vector<double> losses;
+    for (int step = 0; step < steps; ++step) {
+      batch(step, x, y);
+      model.zero_grad();
+      losses.push_back(ce.forward(model.forward(x), y));
+      model.backward(ce.backward());
+      opt.step(values.span<float>(), grads.span<float>());
+      if (bf16_only) {
+        nn::convert(rounded, values);
+        nn::convert(values, rounded);
+      }
+    }
+    return losses;
+  };
+  const std::vector<double> fp32 = plain(false), bf16_only = plain(true);
+  // (2): the trainer on a communicator of this rank alone.
+  std::vector<double> mixed;
+  MPI_Comm self = MPI_COMM_NULL;
+  DTL_MPI_CHECK(MPI_Comm_dup(MPI_COMM_SELF, &self));
+  {
+    auto solo = lab05::make_communicator("mpi-half", self);
+    nn::Model model = nn::make_mlp(2, 64, 3, 2, 3);
+    lab05::MixedOptions o;
+    o.precision = lab05::Precision::kBF16;
+    o.scaler = {.mode = lab05::ScalingMode::kNone};
+    o.adamw = adam;
+    lab05::MixedPrecisionTrainer trainer(*solo, model, o);
+    for (int step = 0; step < steps; ++step) {
+      batch(step, x, y);
+      mixed.push_back(trainer.step(x, y).loss);
+    }
+  }
+  MPI_Comm_free(&self);
+  const std::string path = out_path("lab05_master_weights.csv");
+  std::FILE* f = open_csv(path);
+  std::fprintf(f, "step,fp32,bf16_fp32_master,bf16_only\n");
+  for (int step = 0; step < steps; ++step) {
+    std::fprintf(f, "%d,%.6f,%.6f,%.6f\n", step, fp32[static_cast<std::size_t>(step)],
+                 mixed[static_cast<std::size_t>(step)], bf16_only[static_cast<std::size_t>(step)]);
+  }
+  std::fclose(f);
+  auto tail = [steps](const std::vector<double>& v) {
+    double sum = 0.0;
+    for (int i = steps - 100; i < steps; ++i) sum += v[static_cast<std::size_t>(i)];
+    return sum / 100.0;
+  };
+  std::printf("\n# master weights: spirals MLP, AdamW lr 1e-4, %d steps, one rank; mean loss of the last 100 steps: "
+              "fp32 %.4f, bf16 + fp32 master %.4f, bf16 weights only %.4f; per step in %s\n",
+              steps, tail(fp32), tail(mixed), tail(bf16_only), path.c_str());
 }
 
 const bool registered = [] {
   dtl::bench::set_columns({{"impl_ms", "16-bit (ms)", "%11.2f"},
                            {"fp32_ms", "fp32 (ms)", "%9.2f"},
                            {"ratio", "ratio", "%6.2f"},
-                           {"comm_ms", "comm (ms)", "%9.2f"},
-                           {"fp32_comm_ms", "fp32 comm (ms)", "%14.2f"},
                            {"comm_ratio", "comm ratio", "%10.2f"},
+                           {"link16_ms", "16-bit link (ms)", "%16.2f"},
+                           {"link32_ms", "fp32 link (ms)", "%14.2f"},
+                           {"arith16_ms", "16-bit arith (ms)", "%17.2f"},
+                           {"arith32_ms", "fp32 arith (ms)", "%15.2f"},
+                           {"late", "late", "%5.2f"},
                            {"bytes", "bytes/rank", "%10.0f"},
                            {"err", "err", "%8.1e"}});
   dtl::bench::at_start(register_rows);
   dtl::bench::at_finish([] {
     print_memory();
+    print_arithmetic();
     scale_trajectory();
+    master_weights();
   });
   return true;
 }();

@@ -149,6 +149,23 @@ TEST(UnscaleAndCheck, UnscalesInFp32AndAgreesOnInfAcrossRanks) {
   }
 }
 
+// Unscaling must happen in fp32: scaled fp16 gradients k * 2^-8 with S = 2^20 are
+// k * 2^-28 unscaled, exact in fp32 and below fp16's smallest subnormal (2^-24),
+// so an unscale rounded to fp16 on the way makes them zero.
+TEST(UnscaleAndCheck, UnscaledValuesBelowFp16sRangeStayInFp32) {
+  auto backend_ = backend();
+  lab05::LossScaler s({.init_scale = std::ldexp(1.0f, 20)});
+  const std::int64_t n = 9;
+  nn::Tensor grads = nn::Tensor::zeros({n}, nn::DType::kF16, nn::MemoryCategory::kOther);
+  for (std::int64_t i = 0; i < n; ++i) grads.data<nn::f16>()[i] = nn::f16(std::ldexp(static_cast<float>(i - 4), -8));
+  nn::Tensor out = nn::Tensor::zeros({n}, nn::DType::kF32, nn::MemoryCategory::kOther);
+  EXPECT_FALSE(s.unscale_and_check(*backend_, grads, out));
+  for (std::int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(out.data<float>()[i], std::ldexp(static_cast<float>(i - 4), -28))
+        << "element " << i << ": (" << i - 4 << " x 2^-8) / 2^20 in fp32";
+  }
+}
+
 TEST(UnscaleAndCheck, InPlaceForF32AndEmpty) {
   auto backend_ = backend();
   lab05::LossScaler s({.init_scale = 8.0f});
