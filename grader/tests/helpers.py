@@ -228,6 +228,30 @@ def grade_reference() -> GradeRun:
 class GraderAssertions:
     """Assertions shared by the test classes; mix in before unittest.TestCase."""
 
+    def assertReferenceFullMarks(self, run: GradeRun, total: float, items: int | None = None) -> None:
+        """`--reference`: exit 0, Gradescope's JSON, `total` of `total` points (in
+        `items` items when given), every item at full marks."""
+        self.assertEqual(run.returncode, 0, run.output[-3000:])
+        self.assertGradescopeJson(run)
+        self.assertEqual(run.json["score"], total)
+        self.assertEqual(run.json["max_score"], total)
+        if items is not None:
+            self.assertEqual(len(run.json["tests"]), items)
+        self.assertFullMarks(run.json["tests"])
+
+    def assertSkeletonZeroFast(self, run: GradeRun, seconds: float = 90) -> None:
+        """`--skeleton`: 0 points within `seconds`, no timeout or crash, and every
+        item saying what is not implemented yet."""
+        self.assertEqual(run.returncode, 0, run.output[-3000:])
+        self.assertGradescopeJson(run)
+        self.assertEqual(run.json["score"], 0)
+        self.assertZero(run.json["tests"])
+        self.assertLess(run.seconds, seconds, "the skeleton must fail fast, not time out")
+        self.assertNotIn("TIMEOUT", run.output)
+        self.assertNotIn("CRASHED", run.output)
+        for t in run.json["tests"]:
+            self.assertIn("is not implemented yet", t["output"], t["name"])
+
     def assertGradescopeJson(self, run: GradeRun) -> None:
         """The JSON exists and has Gradescope's keys with the right types; the
         total is the sum of the items."""
