@@ -18,7 +18,6 @@ Two walls stand between a submission and the machine:
 
 The raw system calls are x86-64 Linux; elsewhere that class skips.
 """
-import os
 import platform
 import subprocess
 import sys
