@@ -1,6 +1,7 @@
 /// @file
 /// @brief Checks every collective test repeats: element types, integer-valued data,
-/// the tracer's proof that no vendor collective was called, tags, counts over ranks.
+/// the tracer's proof that no vendor collective was called, tags, counts over ranks,
+/// communicators whose ranks are not the world's, and decoy messages.
 ///
 /// Labs 02 and 03 (and any lab that builds a collective from point-to-point
 /// messages) test the same way: sweep float, double and int32; make integer
@@ -9,7 +10,9 @@
 /// check from the counts that it called no vendor collective, kept to its tag,
 /// and sent what its algorithm says. The vendor's collective, the oracle, is
 /// called by the test after the counts were taken, so it is never held against
-/// the code under test.
+/// the code under test. The hidden tests of labs 02 and 03 also sweep communicators
+/// split from the test's (on_each_communicator()) and keep decoy messages in flight
+/// during each call (run_checked()).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -150,5 +153,126 @@ inline std::int64_t sum_over_ranks(std::int64_t mine) {
 /// @return false on every rank once any rank has a failure in this test, so one
 ///         mistake gives one report, not a hundred.
 inline bool keep_going() { return dtl::testing::all_ranks(!::testing::Test::HasFailure()); }
+
+/// @brief A communicator made from comm() by MPI_Comm_split (collective over comm()).
+/// @param[in] color ranks with the same color share the new communicator.
+/// @param[in] key orders the ranks in it.
+/// @return the new communicator, owned.
+inline dtl::Comm split_comm(int color, int key) {
+  MPI_Comm raw = MPI_COMM_NULL;
+  DTL_MPI_CHECK(MPI_Comm_split(comm(), color, key, &raw));
+  dtl::Comm owned(raw);
+  MPI_Comm_free(&raw);
+  return owned;
+}
+
+/// @brief Runs `sweep(on, name)` on comm(), on all of its ranks numbered backwards,
+/// and on its even and its odd ranks (two communicators of their own), so that code
+/// that talks on MPI_COMM_WORLD or uses world ranks fails (collective over comm()).
+/// @tparam Sweep a callable taking (const dtl::Comm&, const std::string&).
+/// @param[in] sweep the test body; the name says which communicator it runs on.
+template <typename Sweep>
+void on_each_communicator(Sweep&& sweep) {
+  sweep(comm(), "the test's communicator");
+  sweep(split_comm(0, comm().size() - 1 - comm().rank()), "the world reversed");
+  sweep(split_comm(comm().rank() % 2, comm().rank()),
+        comm().rank() % 2 ? "the odd world ranks" : "the even world ranks");
+}
+
+/// @brief keep_going() on `on` (collective over `on`).
+/// @param[in] on the communicator whose ranks decide together.
+/// @return false on all of its ranks once any has a failure in this test.
+inline bool keep_going_on(const dtl::Comm& on) {
+  int mine = ::testing::Test::HasFailure() ? 0 : 1, all = 0;
+  DTL_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, on));
+  return all == 1;
+}
+
+/// @brief Calls `f(std::type_identity<T>{})` for one of float, double and
+/// std::int32_t, picked by `k` (k mod 3), so a sweep varies the type with the case.
+/// @tparam F a callable taking std::type_identity<T>.
+/// @param[in] k the case's number.
+/// @param[in] f the per-type test body.
+template <typename F>
+void with_type(std::size_t k, F&& f) {
+  if (k % 3 == 0) f(std::type_identity<float>{});
+  else if (k % 3 == 1) f(std::type_identity<double>{});
+  else f(std::type_identity<std::int32_t>{});
+}
+
+/// @brief Empty messages with tags tag^1 and tag^2 from each neighbour on `on`,
+/// sent before the call under test: a receive with MPI_ANY_TAG, or with a tag of
+/// its own, takes one.
+///
+/// Construct it on every rank of `on` before the call, and call still_waiting()
+/// on every rank after it.
+class Decoys {
+ public:
+  /// @brief Sends the decoys (nonblocking) to both neighbours on `on`.
+  /// @param[in] on the communicator of the call under test; must outlive this.
+  /// @param[in] tag the call's tag (the decoys carry two others).
+  Decoys(const dtl::Comm& on, int tag) : on_(on), tags_{tag ^ 1, tag ^ 2} {
+    if (on.size() == 1) return;
+    for (int t : tags_) {
+      for (int dest : {(on.rank() + 1) % on.size(), (on.rank() - 1 + on.size()) % on.size()}) {
+        requests_.emplace_back();
+        DTL_MPI_CHECK(MPI_Isend(&byte_, 0, MPI_BYTE, dest, t, on, &requests_.back()));
+      }
+    }
+  }
+
+  /// @brief After the call: each decoy must still be waiting (polls for a second,
+  /// then receives it), and the sends complete.
+  /// @param[in] what the call under test, for the message.
+  /// @return a failure naming a decoy the call took.
+  ::testing::AssertionResult still_waiting(const std::string& what) {
+    auto result = ::testing::AssertionSuccess();
+    const int p = on_.size();
+    for (int t : tags_) {
+      for (int source : {(on_.rank() - 1 + p) % p, (on_.rank() + 1) % p}) {
+        if (p == 1) continue;
+        const double deadline = MPI_Wtime() + 1.0;
+        int found = 0;
+        while (!found && MPI_Wtime() < deadline) DTL_MPI_CHECK(MPI_Iprobe(source, t, on_, &found, MPI_STATUS_IGNORE));
+        if (!found) {
+          result = ::testing::AssertionFailure()
+                   << what << ": an empty message with tag " << t << " from rank " << source
+                   << ", sent before the call, was taken by it. Receive with the tag argument and the sending "
+                   << "rank, never MPI_ANY_TAG or MPI_ANY_SOURCE";
+          continue;
+        }
+        DTL_MPI_CHECK(MPI_Recv(&byte_, 0, MPI_BYTE, source, t, on_, MPI_STATUS_IGNORE));
+      }
+    }
+    DTL_MPI_CHECK(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+    requests_.clear();
+    return result;
+  }
+
+ private:
+  const dtl::Comm& on_;
+  int tags_[2];
+  std::byte byte_{};
+  std::vector<MPI_Request> requests_;
+};
+
+/// @brief Runs `call` (the code under test) with Decoys in flight and the tracer
+/// reset; expects the decoys still waiting, no vendor collective and only `tag`
+/// (collective over `on`).
+/// @tparam F a callable taking no arguments.
+/// @param[in] on the communicator of the call.
+/// @param[in] tag the call's tag.
+/// @param[in] what the call, for the messages.
+/// @param[in] call the code under test.
+/// @return this rank's counts of what `call` did.
+template <typename F>
+dtl::trace::Counts run_checked(const dtl::Comm& on, int tag, const std::string& what, F&& call) {
+  Decoys decoys(on, tag);
+  const auto counts = traced(call);
+  EXPECT_TRUE(decoys.still_waiting(what));
+  EXPECT_TRUE(no_vendor_collective(counts, what));
+  EXPECT_TRUE(only_tag(counts, tag, what));
+  return counts;
+}
 
 }  // namespace dtl::testing

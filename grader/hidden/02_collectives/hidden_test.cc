@@ -45,30 +45,8 @@ using ::testing::ThrowsMessage;
 // Communicators, cases, decoys
 // ---------------------------------------------------------------------------
 
-// A communicator made from comm() by MPI_Comm_split (collective), owned.
-dtl::Comm split(int color, int key) {
-  MPI_Comm raw = MPI_COMM_NULL;
-  DTL_MPI_CHECK(MPI_Comm_split(comm(), color, key, &raw));
-  dtl::Comm owned(raw);
-  MPI_Comm_free(&raw);
-  return owned;
-}
-
-// Runs `sweep(on, name)` on the test's communicator, on all ranks numbered
-// backwards, and on the even and the odd world ranks (two rings of their own).
-template <typename Sweep>
-void on_each_communicator(Sweep&& sweep) {
-  sweep(comm(), "the test's communicator");
-  sweep(split(0, comm().size() - 1 - comm().rank()), "the world reversed");
-  sweep(split(comm().rank() % 2, comm().rank()), comm().rank() % 2 ? "the odd world ranks" : "the even world ranks");
-}
-
-// keep_going() on `on`: false on all of its ranks once any has a failure.
-bool keep_going_on(const dtl::Comm& on) {
-  int mine = ::testing::Test::HasFailure() ? 0 : 1, all = 0;
-  DTL_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, on));
-  return all == 1;
-}
+// split_comm(), on_each_communicator(), keep_going_on(), with_type(), Decoys and
+// run_checked() are harness/testing/collective_checks.h's.
 
 std::int64_t sum_on(const dtl::Comm& on, std::int64_t mine) {
   std::int64_t sum = 0;
@@ -82,75 +60,10 @@ std::vector<std::size_t> hidden_counts(int p) {
   return {0, 1, n > 2 ? n - 2 : 1, 2 * n, 3 * n + 1, 65539};
 }
 
-// Calls f(std::type_identity<T>{}) for one of the three element types, picked by k.
-template <typename F>
-void with_type(std::size_t k, F&& f) {
-  if (k % 3 == 0) f(std::type_identity<float>{});
-  else if (k % 3 == 1) f(std::type_identity<double>{});
-  else f(std::type_identity<std::int32_t>{});
-}
-
 std::string describe(const std::string& function, const std::string& type, int root, std::size_t count, int tag,
                      const dtl::Comm& on, const std::string& where) {
   return function + ", " + case_name(type, root, count) + ", tag " + std::to_string(tag) + ", on " + where +
          " (rank " + std::to_string(on.rank()) + " of " + std::to_string(on.size()) + ")";
-}
-
-// Empty messages with tags tag^1 and tag^2 from each neighbour on `on`, sent before
-// the call under test: a receive with MPI_ANY_TAG, or with a tag of its own, takes one.
-class Decoys {
- public:
-  Decoys(const dtl::Comm& on, int tag) : on_(on), tags_{tag ^ 1, tag ^ 2} {
-    if (on.size() == 1) return;
-    for (int t : tags_) {
-      for (int dest : {(on.rank() + 1) % on.size(), (on.rank() - 1 + on.size()) % on.size()}) {
-        requests_.emplace_back();
-        DTL_MPI_CHECK(MPI_Isend(&byte_, 0, MPI_BYTE, dest, t, on, &requests_.back()));
-      }
-    }
-  }
-  // After the call: each decoy must still be waiting (polls for a second, then receives it).
-  ::testing::AssertionResult still_waiting(const std::string& what) {
-    auto result = ::testing::AssertionSuccess();
-    const int p = on_.size();
-    for (int t : tags_) {
-      for (int source : {(on_.rank() - 1 + p) % p, (on_.rank() + 1) % p}) {
-        if (p == 1) continue;
-        const double deadline = MPI_Wtime() + 1.0;
-        int found = 0;
-        while (!found && MPI_Wtime() < deadline) DTL_MPI_CHECK(MPI_Iprobe(source, t, on_, &found, MPI_STATUS_IGNORE));
-        if (!found) {
-          result = ::testing::AssertionFailure()
-                   << what << ": an empty message with tag " << t << " from rank " << source
-                   << ", sent before the call, was taken by it. Receive with the tag argument and the peer's rank, "
-                   << "never MPI_ANY_TAG or MPI_ANY_SOURCE";
-          continue;
-        }
-        DTL_MPI_CHECK(MPI_Recv(&byte_, 0, MPI_BYTE, source, t, on_, MPI_STATUS_IGNORE));
-      }
-    }
-    DTL_MPI_CHECK(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
-    requests_.clear();
-    return result;
-  }
-
- private:
-  const dtl::Comm& on_;
-  int tags_[2];
-  std::byte byte_{};
-  std::vector<MPI_Request> requests_;
-};
-
-// Runs `call` (the code under test) with decoys in flight and the tracer reset;
-// checks the decoys, the vendor collectives and the tag; returns the counts.
-template <typename F>
-dtl::trace::Counts run_checked(const dtl::Comm& on, int tag, const std::string& what, F&& call) {
-  Decoys decoys(on, tag);
-  const auto counts = traced(call);
-  EXPECT_TRUE(decoys.still_waiting(what));
-  EXPECT_TRUE(no_vendor_collective(counts, what));
-  EXPECT_TRUE(only_tag(counts, tag, what));
-  return counts;
 }
 
 // A binomial tree's shape: `edge` (what each non-root does exactly once) and `fan`
@@ -424,7 +337,7 @@ TEST(HiddenAllgather, RingOtherCountsAndCommunicators) {
 // or 3 ranks) and the whole world (6 or 7) do not, and there the call must refuse.
 TEST(HiddenAllgather, RecursiveDoublingOnPowerOfTwoGroupsOnly) {
   const int rank = comm().rank();
-  const dtl::Comm group = split(rank < 4 ? 0 : 1, -rank);
+  const dtl::Comm group = split_comm(rank < 4 ? 0 : 1, -rank);
   for (const dtl::Comm* on : {&group, &comm()}) {
     const int p = on->size();
     const std::string where = on == &comm() ? "the test's communicator" : "a group of " + std::to_string(p);

@@ -201,7 +201,7 @@ TEST(ReducerModes, AnyCapMatchesSingleProcess) {
 TEST(ReducerModes, IssuesOneAllreducePerBucket) {
   dtl::MpiCommunicator inner(comm(), dtl::MpiMode::kThread);
   for (ReducerMode mode : {ReducerMode::kNaive, ReducerMode::kBucketed, ReducerMode::kOverlapped}) {
-    CountingCommunicator backend(inner);
+    RecordingCommunicator backend(inner);
     nn::Model model = make_model(ModelKind::kMlp, 3);
     lab04::Reducer reducer(backend, model,
                            with_buckets(model, {.mode = mode, .bucket_cap_bytes = 1024, .first_bucket_cap_bytes = 256}));
@@ -214,9 +214,10 @@ TEST(ReducerModes, IssuesOneAllreducePerBucket) {
     // What backward would do: announce every parameter, last first.
     for (auto it = params.rbegin(); it != params.rend(); ++it) model.hooks().grad_ready(**it);
     reducer.finish();
-    EXPECT_EQ(backend.allreduces, static_cast<int>(reducer.buckets().size())) << lab04::reducer_mode_name(mode);
+    EXPECT_EQ(backend.count(dtl::CollectiveKind::kAllreduce), static_cast<int>(reducer.buckets().size()))
+        << lab04::reducer_mode_name(mode);
     EXPECT_EQ(reducer.last_step().allreduces, static_cast<int>(reducer.buckets().size()));
-    EXPECT_EQ(backend.allreduce_elements, static_cast<std::size_t>(model.parameter_count()));
+    EXPECT_EQ(backend.elements(dtl::CollectiveKind::kAllreduce), static_cast<std::size_t>(model.parameter_count()));
     const std::vector<float> want(static_cast<std::size_t>(model.parameter_count()),
                                   static_cast<float>(comm().size() + 1) / 2.0f);
     EXPECT_TRUE(dtl::testing::buffers_equal(want, std::vector<float>(model.flat_grads().span<float>().begin(),
@@ -262,7 +263,7 @@ TEST(Overlap, OverlappedIssuesDuringBackwardOthersAfter) {
 TEST(Overlap, BackwardRunsWhileABucketIsInFlight) {
   if (comm().size() == 1) GTEST_SKIP() << "one rank: an allreduce is a no-op, there is nothing to overlap";
   auto slow = lab04::make_communicator("emulated:alpha=5ms,bw=1GB/s", comm());
-  CountingCommunicator backend(*slow);
+  RecordingCommunicator backend(*slow);
   nn::Model model = make_model(ModelKind::kGpt, 9);
   lab04::Reducer reducer(
       backend, model,
@@ -272,12 +273,13 @@ TEST(Overlap, BackwardRunsWhileABucketIsInFlight) {
   model.zero_grad();
   forward_backward(model, ModelKind::kGpt, 0, 0, kGlobalBatch / comm().size());
   reducer.finish();
+  const auto allreduces = backend.ops(dtl::CollectiveKind::kAllreduce);
   int overlapped = 0;
-  for (const auto& span : backend.allreduce_spans) {
+  for (const auto& span : allreduces) {
     for (double t : unit_ends) overlapped += span.issue < t && t < span.end ? 1 : 0;
   }
-  EXPECT_GT(backend.allreduce_spans.size(), 2u);
-  EXPECT_GT(overlapped, 0) << "rank " << comm().rank() << ": " << backend.allreduce_spans.size()
+  EXPECT_GT(allreduces.size(), 2u);
+  EXPECT_GT(overlapped, 0) << "rank " << comm().rank() << ": " << allreduces.size()
                            << " allreduces on a 5 ms link, " << unit_ends.size()
                            << " units' backward, and no unit's backward ended while an allreduce was in flight\n"
                            << "---> HINT: issue a bucket and return from the gradient hook at once; wait for the "
@@ -290,20 +292,20 @@ TEST(Overlap, BackwardRunsWhileABucketIsInFlight) {
 
 TEST(NoSync, AccumulatesWithoutCommunicating) {
   dtl::MpiCommunicator inner(comm(), dtl::MpiMode::kThread);
-  CountingCommunicator backend(inner);
+  RecordingCommunicator backend(inner);
   // 3 micro-steps per step: the oracle accumulates the same 3 full batches.
   for (ModelKind model : {ModelKind::kMlp, ModelKind::kGpt}) {
     const std::vector<float> expected = single_process(model, OptKind::kSgd, 42, 3);
-    backend.allreduces = 0;
+    backend.clear();
     DdpRun run{.model = model, .opt = OptKind::kSgd, .micro_steps = 3};
     const std::vector<float> got = ddp(backend, run, 42);
     EXPECT_TRUE(close_to_oracle(expected, got, std::string(model_name(model)) + ", 3 micro-steps",
                                 initial_parameters(model, 42)));
     // Buckets of the run (2 KiB cap, 512 B first): one allreduce per bucket per step, none in no_sync.
     nn::Model probe = make_model(model, 42);
-    CountingCommunicator counter(inner);
+    RecordingCommunicator counter(inner);
     lab04::Reducer reducer(counter, probe, with_buckets(probe, run.reducer));
-    EXPECT_EQ(backend.allreduces, kSteps * static_cast<int>(reducer.buckets().size()))
+    EXPECT_EQ(backend.count(dtl::CollectiveKind::kAllreduce), kSteps * static_cast<int>(reducer.buckets().size()))
         << model_name(model) << ": allreduces issued inside no_sync()";
   }
 }

@@ -1,6 +1,6 @@
 // What lab 04's tests share: the two models, their data, the single-process
-// oracle, a DDP run of the same steps, backends by name, and a communicator that
-// counts what passes through it.
+// oracle, a DDP run of the same steps and backends by name (the communicator that
+// records what passes through it is harness/testing/recording_communicator.h).
 //
 // The equivalence the tests check: W ranks, each with B/W rows of a global batch
 // of B, averaging gradients, take the same steps as one process with all B rows.
@@ -37,11 +37,13 @@
 #include "harness/nn/model.h"
 #include "harness/nn/optim.h"
 #include "harness/testing/mpi_test.h"
+#include "harness/testing/recording_communicator.h"
 #include "lab04/ddp.h"
 
 namespace lab04_test {
 
 using dtl::testing::comm;
+using dtl::testing::RecordingCommunicator;
 namespace nn = dtl::nn;
 namespace lab04 = dtl::lab04;
 
@@ -276,74 +278,5 @@ inline ::testing::AssertionResult close_to_oracle(const std::vector<float>& expe
          << " of " << got.size() << " elements differ by more than " << kAbsTolerance << " + " << kRelTolerance
          << " |expected| (largest difference " << worst << ")" << diagnose_factor(initial, expected, got);
 }
-
-/// A Communicator that forwards to another, counts the operations issued and
-/// records when each allreduce was issued and when it completed (the inner
-/// backend's completion time), whatever the code under test says about it.
-class CountingCommunicator final : public dtl::Communicator {
- public:
-  explicit CountingCommunicator(dtl::Communicator& inner) : inner_(inner) {}
-  int rank() const override { return inner_.rank(); }
-  int world_size() const override { return inner_.world_size(); }
-  std::string name() const override { return "counting " + inner_.name(); }
-  int allreduces = 0;          ///< allreduces issued
-  std::size_t allreduce_elements = 0;  ///< their elements, summed
-  struct Span {
-    double issue = 0.0;  ///< clock_seconds() when the allreduce was called
-    double end = 0.0;    ///< when it completed (0 until someone waited for it or tested it)
-  };
-  std::vector<Span> allreduce_spans;  ///< one per allreduce, in issue order
-
- protected:
-  std::unique_ptr<dtl::WorkImpl> do_allreduce(void* buf, const dtl::OpInfo& info) override {
-    ++allreduces;
-    allreduce_elements += info.count;
-    allreduce_spans.push_back({dtl::clock_seconds(), 0.0});
-    auto forward = std::make_unique<Forward>(inner_.allreduce(buf, info.count, info.dtype, info.op), info);
-    forward->record_end_in(&allreduce_spans, allreduce_spans.size() - 1);
-    return forward;
-  }
-  std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
-    return wrap(inner_.broadcast(buf, info.count, info.dtype, info.root), info);
-  }
-  std::unique_ptr<dtl::WorkImpl> do_reduce_scatter(const void* s, void* r, const dtl::OpInfo& info) override {
-    return wrap(inner_.reduce_scatter(s, r, info.count, info.dtype, info.op), info);
-  }
-  std::unique_ptr<dtl::WorkImpl> do_allgather(const void* s, void* r, const dtl::OpInfo& info) override {
-    return wrap(inner_.allgather(s, r, info.count, info.dtype), info);
-  }
-
- private:
-  // A WorkImpl that completes with the inner Work.
-  class Forward final : public dtl::WorkImpl {
-   public:
-    Forward(dtl::Work work, const dtl::OpInfo& info) : dtl::WorkImpl(info.description), work_(std::move(work)) {}
-    bool test() override { return done(work_.test()); }
-    bool wait_until(double deadline) override {
-      return done(work_.wait_for(std::max(0.0, deadline - dtl::clock_seconds())));
-    }
-    void record_end_in(std::vector<Span>* spans, std::size_t index) {
-      spans_ = spans;
-      index_ = index;
-    }
-
-   private:
-    bool done(bool complete) {
-      if (complete) {
-        set_start(work_.start_seconds());
-        set_end(work_.end_seconds());
-        if (spans_ != nullptr) (*spans_)[index_].end = work_.end_seconds();
-      }
-      return complete;
-    }
-    dtl::Work work_;
-    std::vector<Span>* spans_ = nullptr;
-    std::size_t index_ = 0;
-  };
-  static std::unique_ptr<dtl::WorkImpl> wrap(dtl::Work work, const dtl::OpInfo& info) {
-    return std::make_unique<Forward>(std::move(work), info);
-  }
-  dtl::Communicator& inner_;
-};
 
 }  // namespace lab04_test

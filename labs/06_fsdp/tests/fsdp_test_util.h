@@ -1,7 +1,8 @@
 // What lab 06's tests share: the models and their data, the single-process fp32
 // oracle, layouts and closed forms worked out here (not by the code under test),
-// the vendor all-gather of the shards, a communicator that counts and times what
-// passes through it, and a scratch folder for checkpoints.
+// the vendor all-gather of the shards, the backends, and a scratch folder for
+// checkpoints (the communicator that records what passes through it is
+// harness/testing/recording_communicator.h).
 //
 // The equivalence the tests check: W ranks, each with B/W rows of a global batch
 // of B, in any sharding mode, take the same steps as one process with all B rows
@@ -42,11 +43,13 @@
 #include "harness/nn/model.h"
 #include "harness/nn/optim.h"
 #include "harness/testing/mpi_test.h"
+#include "harness/testing/recording_communicator.h"
 #include "lab06/fsdp.h"
 
 namespace lab06_test {
 
 using dtl::testing::comm;
+using dtl::testing::RecordingCommunicator;
 namespace nn = dtl::nn;
 namespace lab06 = dtl::lab06;
 
@@ -249,90 +252,6 @@ inline ::testing::AssertionResult close_to_oracle(const std::vector<float>& expe
                                        << " elements differ by more than " << abs_tol << " + " << rel_tol
                                        << " |expected| (largest difference " << worst << ")";
 }
-
-/// A Communicator that forwards to another and records, per operation, its kind,
-/// bytes (OpInfo::total_bytes(): the full buffer), dtype, when it was issued and
-/// when the inner backend completed it — whatever the code under test says.
-class CountingCommunicator final : public dtl::Communicator {
- public:
-  explicit CountingCommunicator(dtl::Communicator& inner) : inner_(inner) {}
-  int rank() const override { return inner_.rank(); }
-  int world_size() const override { return inner_.world_size(); }
-  std::string name() const override { return "counting " + inner_.name(); }
-
-  struct Op {
-    dtl::CollectiveKind kind;
-    dtl::DType dtype;
-    std::size_t bytes = 0;
-    double issue = 0.0, end = 0.0;  // end: 0 until someone waited for it or tested it
-  };
-  std::vector<Op> ops;
-
-  void clear() { ops.clear(); }
-  int count(dtl::CollectiveKind kind) const {
-    return static_cast<int>(std::count_if(ops.begin(), ops.end(), [kind](const Op& o) { return o.kind == kind; }));
-  }
-  std::size_t bytes(dtl::CollectiveKind kind) const {
-    std::size_t b = 0;
-    for (const Op& o : ops) b += o.kind == kind ? o.bytes : 0;
-    return b;
-  }
-  /// The most operations of `kind` in flight at once: at each issue, those issued
-  /// earlier whose completion came later (the inner backend's end time).
-  int max_in_flight(dtl::CollectiveKind kind) const {
-    int most = 0;
-    for (const Op& o : ops) {
-      if (o.kind != kind) continue;
-      int n = 0;
-      for (const Op& p : ops) n += p.kind == kind && p.issue <= o.issue && (p.end == 0.0 || p.end > o.issue) ? 1 : 0;
-      most = std::max(most, n);
-    }
-    return most;
-  }
-
- protected:
-  std::unique_ptr<dtl::WorkImpl> do_allreduce(void* buf, const dtl::OpInfo& info) override {
-    return record(inner_.allreduce(buf, info.count, info.dtype, info.op), info);
-  }
-  std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
-    return record(inner_.broadcast(buf, info.count, info.dtype, info.root), info);
-  }
-  std::unique_ptr<dtl::WorkImpl> do_reduce_scatter(const void* s, void* r, const dtl::OpInfo& info) override {
-    return record(inner_.reduce_scatter(s, r, info.count, info.dtype, info.op), info);
-  }
-  std::unique_ptr<dtl::WorkImpl> do_allgather(const void* s, void* r, const dtl::OpInfo& info) override {
-    return record(inner_.allgather(s, r, info.count, info.dtype), info);
-  }
-
- private:
-  class Forward final : public dtl::WorkImpl {
-   public:
-    Forward(dtl::Work work, const dtl::OpInfo& info, std::vector<Op>* ops, std::size_t index)
-        : dtl::WorkImpl(info.description), work_(std::move(work)), ops_(ops), index_(index) {}
-    bool test() override { return done(work_.test()); }
-    bool wait_until(double deadline) override {
-      return done(work_.wait_for(std::max(0.0, deadline - dtl::clock_seconds())));
-    }
-
-   private:
-    bool done(bool complete) {
-      if (complete) {
-        set_start(work_.start_seconds());
-        set_end(work_.end_seconds());
-        (*ops_)[index_].end = work_.end_seconds();
-      }
-      return complete;
-    }
-    dtl::Work work_;
-    std::vector<Op>* ops_;
-    std::size_t index_;
-  };
-  std::unique_ptr<dtl::WorkImpl> record(dtl::Work work, const dtl::OpInfo& info) {
-    ops.push_back({info.kind, info.dtype, info.total_bytes(), dtl::clock_seconds(), 0.0});
-    return std::make_unique<Forward>(std::move(work), info, &ops, ops.size() - 1);
-  }
-  dtl::Communicator& inner_;
-};
 
 /// Open MPI on a communication thread (the default backend of the tests).
 inline std::unique_ptr<dtl::Communicator> mpi_backend(MPI_Comm parent) {

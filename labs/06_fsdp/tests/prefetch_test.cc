@@ -28,7 +28,7 @@ using dtl::CollectiveKind;
 TEST(Prefetch, GathersInFlightReachButNeverExceedTheLimit) {
   for (int k : {0, 1, 2}) {
     auto inner = emulated_backend(comm(), "alpha=3ms,bw=1GB/s");
-    CountingCommunicator counting(*inner);
+    RecordingCommunicator counting(*inner);
     nn::Model model = make_model(ModelKind::kGpt, 2);
     lab06::ShardedTrainer trainer(counting, model,
                                   options_for(ShardingMode::kFsdp, OptKind::kAdamW, k, test_layouts(model, comm().size())));
@@ -102,7 +102,7 @@ TEST(MixedFsdp, Bf16GathersHalfTheBytesAndStaysNearFp32) {
   for (ModelKind kind : {ModelKind::kOddMlp, ModelKind::kGpt}) {
     const std::vector<float> expected = single_process(kind, OptKind::kSgd, 5);
     auto inner = mpi_backend(comm());
-    CountingCommunicator counting(*inner);
+    RecordingCommunicator counting(*inner);
     nn::Model model = make_model(kind, 5);
     const auto layouts = test_layouts(model, comm().size());
     lab06::ShardedOptions o = options_for(ShardingMode::kFsdp, OptKind::kSgd, 1, layouts);
@@ -114,7 +114,7 @@ TEST(MixedFsdp, Bf16GathersHalfTheBytesAndStaysNearFp32) {
       trainer.step(b.x, b.y);
       EXPECT_EQ(counting.bytes(CollectiveKind::kAllgather), static_cast<std::size_t>(2 * 2 * sizes_of(layouts).n))
           << model_name(kind) << ": two bf16 gathers per unit, 2 bytes per padded element";
-      for (const auto& op : counting.ops) {
+      for (const auto& op : counting.ops()) {
         if (op.kind == CollectiveKind::kAllgather) {
           EXPECT_EQ(op.dtype, dtl::DType::kBF16) << model_name(kind);
         } else if (op.kind == CollectiveKind::kReduceScatter) {

@@ -195,7 +195,7 @@ class Communication : public ::testing::TestWithParam<ShardingMode> {};
 TEST_P(Communication, VolumeIsTheClosedFormWithoutAllreduce) {
   const ShardingMode mode = GetParam();
   auto inner = mpi_backend(comm());
-  CountingCommunicator counting(*inner);
+  RecordingCommunicator counting(*inner);
   nn::Model model = make_model(ModelKind::kGpt, 1);
   const auto layouts = test_layouts(model, comm().size());
   const Sizes s = sizes_of(layouts);
