@@ -2,9 +2,12 @@
 (100 public CPU points and 10 example hidden ones; the 5-point GPU item is
 reported as "not gradable without a GPU" and left out of the total), 115 / 115
 with one; `--skeleton` gives 0 fast, every item saying what is not implemented yet;
-one fault in one task costs that task's items (and "A+B+C") only."""
+one fault in one task costs that task's items (and "A+B+C") only; the handout's
+points table lists every rubric item (public, GPU and hidden) with its points."""
+import re
 import shutil
 import sys
+import tomllib
 import unittest
 from pathlib import Path
 
@@ -20,7 +23,7 @@ REFERENCE_SRC = helpers.ROOT / "reference" / LAB_NAME / "src"
 
 
 def gradable(tests: list[dict]) -> list[dict]:
-    """The items this machine grades: without a GPU, item D is reported, not scored."""
+    """The items this machine grades: without a GPU, the GPU item is reported, not scored."""
     return [t for t in tests if HAVE_GPU or "(GPU)" not in t["name"]]
 
 
@@ -55,6 +58,28 @@ class TestLab05Skeleton(helpers.GraderAssertions, unittest.TestCase):
         self.assertNotIn("CRASHED", self.graded.output)
         for t in tests:
             self.assertIn("is not implemented yet", t["output"], t["name"])
+
+
+class TestLab05Handout(unittest.TestCase):
+    def test_points_table_matches_the_rubrics(self):
+        """Every item of grader/rubrics/05.toml and of the example hidden rubric
+        appears in the README's points table, by its label (the name up to the
+        first '.'), with its points; and nothing else does."""
+        items = []
+        for path in (helpers.ROOT / "grader" / "rubrics" / "05.toml",
+                     helpers.ROOT / "grader" / "hidden" / LAB_NAME / "rubric.toml"):
+            items += tomllib.loads(path.read_text())["item"]
+        expected = {i["name"].split(".")[0].replace(" (GPU)", ""): i["points"] for i in items}
+        readme = (helpers.ROOT / "labs" / LAB_NAME / "README.md").read_text()
+        table = readme[readme.index("## Points"):readme.index("## The benchmark")]
+        found = {}
+        for line in table.splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) == 4 and re.match(r"^\d+$", cells[1]) and cells[0]:
+                found[cells[0].split(".")[0].replace(" (GPU)", "")] = int(cells[1])
+        self.assertEqual(found, expected)
+        total = sum(i["points"] for i in items if not i.get("gpu"))
+        self.assertIn(f"**{total}**", table)
 
 
 def submission_with(dest: Path, file: str, function: str, old: str, new: str) -> Path:
