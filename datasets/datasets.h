@@ -132,6 +132,16 @@ std::pair<Classification, Classification> split(const Classification& data,
 ///         or `data` if it is inconsistent.
 Classification take(const Classification& data, std::span<const int64_t> indices);
 
+/// @brief Copies consecutive rows into caller-owned buffers: the training batches
+/// of labs 04-07's tests, where step s's global batch of B rows is rows [s B, (s+1) B)
+/// and a rank takes its part of it.
+/// @param[in] data a consistent Classification.
+/// @param[in] first the first row; rows wrap around at data.count.
+/// @param[out] x (rows, features) values; rows = y.size().
+/// @param[out] y (rows,) labels.
+/// @throws dtl::InvalidArgument naming `x` (wrong size), `first` (negative) or `data` (empty).
+void copy_rows(const Classification& data, int64_t first, std::span<float> x, std::span<int32_t> y);
+
 // ---------------------------------------------------------------------------
 // Recommended settings: what ./dtl train and labs 04–07 use
 // ---------------------------------------------------------------------------
@@ -233,6 +243,19 @@ std::vector<int32_t> encode_text(const CharCorpus& corpus, std::string_view text
 /// @return the characters `corpus.vocab[tokens[k]]`.
 /// @throws dtl::InvalidArgument naming `tokens` (position and value) on an id out of range.
 std::string decode_chars(const CharCorpus& corpus, std::span<const int32_t> tokens);
+
+/// @brief Copies next-token training windows into caller-owned buffers: window w
+/// (w = 0 .. rows-1, rows = x.size() / context) starts at token
+/// ((first + w) (context + 1)) mod (tokens - context - 1); x gets its `context`
+/// tokens and y the `context` tokens one further on (the targets).
+/// @param[in] corpus the text.
+/// @param[in] first the first window's number.
+/// @param[in] context tokens per window, ≥ 1.
+/// @param[out] x (rows, context) inputs.
+/// @param[out] y (rows, context) targets.
+/// @throws dtl::InvalidArgument naming `context`, `x` or `y` (sizes), `first`, or `corpus` (too short).
+void copy_windows(const CharCorpus& corpus, int64_t first, int64_t context, std::span<int32_t> x,
+                  std::span<int32_t> y);
 
 /// @brief Reads a whole file as bytes.
 /// @param[in] path the file.

@@ -182,4 +182,19 @@ Classification take(const Classification& data, std::span<const int64_t> indices
   return out;
 }
 
+
+void copy_rows(const Classification& data, int64_t first, std::span<float> x, std::span<int32_t> y) {
+  const auto rows = static_cast<int64_t>(y.size());
+  DTL_REQUIRE_ARG(data.count > 0 && data.features > 0, "copy_rows", "data", "is empty");
+  DTL_REQUIRE_ARG(first >= 0, "copy_rows", "first", "is " + std::to_string(first) + ", below 0");
+  DTL_REQUIRE_ARG(static_cast<int64_t>(x.size()) == rows * data.features, "copy_rows", "x",
+                  "holds " + std::to_string(x.size()) + " values; " + std::to_string(rows) + " rows of " +
+                      std::to_string(data.features) + " features need " + std::to_string(rows * data.features));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t row = (first + r) % data.count;
+    std::copy_n(data.x.begin() + row * data.features, data.features, x.begin() + r * data.features);
+    y[static_cast<std::size_t>(r)] = data.y[static_cast<std::size_t>(row)];
+  }
+}
+
 }  // namespace dtl::data

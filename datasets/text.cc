@@ -217,4 +217,24 @@ std::string load_text(const std::filesystem::path& path) {
   return text;
 }
 
+void copy_windows(const CharCorpus& corpus, int64_t first, int64_t context, std::span<int32_t> x,
+                  std::span<int32_t> y) {
+  DTL_REQUIRE_ARG(context >= 1, "copy_windows", "context", "is " + std::to_string(context) + "; need at least 1");
+  DTL_REQUIRE_ARG(first >= 0, "copy_windows", "first", "is " + std::to_string(first) + ", below 0");
+  DTL_REQUIRE_ARG(x.size() % static_cast<std::size_t>(context) == 0, "copy_windows", "x",
+                  "holds " + std::to_string(x.size()) + " tokens, not whole windows of " + std::to_string(context));
+  DTL_REQUIRE_ARG(y.size() == x.size(), "copy_windows", "y",
+                  "holds " + std::to_string(y.size()) + " tokens; x holds " + std::to_string(x.size()));
+  const int64_t starts = static_cast<int64_t>(corpus.tokens.size()) - context - 1;
+  DTL_REQUIRE_ARG(starts > 0, "copy_windows", "corpus",
+                  "has " + std::to_string(corpus.tokens.size()) + " tokens; windows of " + std::to_string(context) +
+                      " need at least " + std::to_string(context + 2));
+  const int64_t rows = static_cast<int64_t>(x.size()) / context;
+  for (int64_t w = 0; w < rows; ++w) {
+    const int64_t start = ((first + w) * (context + 1)) % starts;
+    std::copy_n(corpus.tokens.begin() + start, context, x.begin() + w * context);
+    std::copy_n(corpus.tokens.begin() + start + 1, context, y.begin() + w * context);
+  }
+}
+
 }  // namespace dtl::data

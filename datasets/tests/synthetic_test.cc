@@ -333,5 +333,25 @@ TEST(Take, GathersRowsWithRepeats) {
   EXPECT_EQ(take(d, std::vector<int64_t>{}).count, 0);
 }
 
+// A hand-made table (not a generator's output), so every expected value is written here.
+TEST(CopyRows, CopiesConsecutiveRowsAndWraps) {
+  Classification d;
+  d.count = 3;
+  d.features = 2;
+  d.classes = 3;
+  d.x = {0.f, 1.f, 10.f, 11.f, 20.f, 21.f};
+  d.y = {0, 1, 2};
+  std::vector<float> x(8);
+  std::vector<int32_t> y(4);
+  copy_rows(d, 2, x, y);  // rows 2, 0, 1, 2
+  EXPECT_EQ(x, (std::vector<float>{20.f, 21.f, 0.f, 1.f, 10.f, 11.f, 20.f, 21.f}));
+  EXPECT_EQ(y, (std::vector<int32_t>{2, 0, 1, 2}));
+  copy_rows(d, 0, std::span<float>(), std::span<int32_t>());  // no rows: nothing to do
+  std::vector<float> short_x(7);
+  EXPECT_THROW(copy_rows(d, 0, short_x, y), dtl::InvalidArgument);
+  EXPECT_THROW(copy_rows(d, -1, x, y), dtl::InvalidArgument);
+  EXPECT_THROW(copy_rows(Classification{}, 0, x, y), dtl::InvalidArgument);
+}
+
 }  // namespace
 }  // namespace dtl::data

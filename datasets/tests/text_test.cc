@@ -207,5 +207,21 @@ TEST(LoadText, MissingFileOrFolderIsAClearError) {
   }
 }
 
+TEST(CopyWindows, WindowsAndTheirTargets) {
+  CharCorpus c;
+  c.vocab = "abcdefghij";
+  c.tokens = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};  // 10 tokens, context 2: starts taken mod 10 - 3 = 7
+  std::vector<int32_t> x(6), y(6);
+  copy_windows(c, 1, 2, x, y);  // windows 1, 2, 3 start at 3, 6 and 9 mod 7 = 2
+  EXPECT_EQ(x, (std::vector<int32_t>{3, 4, 6, 7, 2, 3}));
+  EXPECT_EQ(y, (std::vector<int32_t>{4, 5, 7, 8, 3, 4}));
+  std::vector<int32_t> odd(5);
+  EXPECT_THROW(copy_windows(c, 0, 2, odd, odd), dtl::InvalidArgument);
+  EXPECT_THROW(copy_windows(c, 0, 2, x, odd), dtl::InvalidArgument);
+  EXPECT_THROW(copy_windows(c, 0, 0, x, y), dtl::InvalidArgument);
+  std::vector<int32_t> nine(9);  // 10 tokens cannot hold a window of 9 and its target (11 needed)
+  EXPECT_THROW(copy_windows(c, 0, 9, nine, nine), dtl::InvalidArgument);
+}
+
 }  // namespace
 }  // namespace dtl::data

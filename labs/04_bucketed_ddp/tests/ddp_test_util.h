@@ -88,23 +88,12 @@ inline Batch make_batch(ModelKind kind, int step, std::int64_t begin, std::int64
     static const dtl::data::Classification data = dtl::data::make_spirals(4 * kGlobalBatch * kSteps, 3, 0.1f, 11);
     b.x = nn::Tensor::zeros({rows, 2}, nn::DType::kF32, nn::MemoryCategory::kActivations);
     b.y = nn::Tensor::zeros({rows}, nn::DType::kI32, nn::MemoryCategory::kActivations);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const std::int64_t row = step * kGlobalBatch + begin + r;
-      b.x.span<float>()[2 * r] = data.x[2 * row];
-      b.x.span<float>()[2 * r + 1] = data.x[2 * row + 1];
-      b.y.span<std::int32_t>()[r] = data.y[row];
-    }
+    dtl::data::copy_rows(data, step * kGlobalBatch + begin, b.x.span<float>(), b.y.span<std::int32_t>());
   } else {
     b.x = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kActivations);
     b.y = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kActivations);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const std::int64_t start = ((step * kGlobalBatch + begin + r) * (kContext + 1)) %
-                                 (static_cast<std::int64_t>(corpus().tokens.size()) - kContext - 1);
-      for (std::int64_t t = 0; t < kContext; ++t) {
-        b.x.span<std::int32_t>()[r * kContext + t] = corpus().tokens[start + t];
-        b.y.span<std::int32_t>()[r * kContext + t] = corpus().tokens[start + t + 1];
-      }
-    }
+    dtl::data::copy_windows(corpus(), step * kGlobalBatch + begin, kContext, b.x.span<std::int32_t>(),
+                            b.y.span<std::int32_t>());
   }
   return b;
 }

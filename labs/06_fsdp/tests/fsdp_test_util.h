@@ -95,26 +95,17 @@ inline Batch make_batch(ModelKind kind, int step, std::int64_t begin, std::int64
   const std::int64_t rows = end - begin;
   Batch b;
   if (kind == ModelKind::kOddMlp) {
-    const auto& data = spirals();
     b.x = nn::Tensor::zeros({rows, 2}, nn::DType::kF32, nn::MemoryCategory::kActivations);
     b.y = nn::Tensor::zeros({rows}, nn::DType::kI32, nn::MemoryCategory::kActivations);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const std::int64_t row = (step * global + begin + r) % data.count;
-      b.x.span<float>()[2 * r] = data.x[2 * row] * input_scale;
-      b.x.span<float>()[2 * r + 1] = data.x[2 * row + 1] * input_scale;
-      b.y.span<std::int32_t>()[r] = data.y[row];
+    dtl::data::copy_rows(spirals(), step * global + begin, b.x.span<float>(), b.y.span<std::int32_t>());
+    if (input_scale != 1.0f) {
+      for (float& v : b.x.span<float>()) v *= input_scale;
     }
   } else {
     b.x = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kActivations);
     b.y = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kActivations);
-    const auto span = static_cast<std::int64_t>(corpus().tokens.size()) - kContext - 1;
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const std::int64_t start = ((step * global + begin + r) * (kContext + 1)) % span;
-      for (std::int64_t t = 0; t < kContext; ++t) {
-        b.x.span<std::int32_t>()[r * kContext + t] = corpus().tokens[start + t];
-        b.y.span<std::int32_t>()[r * kContext + t] = corpus().tokens[start + t + 1];
-      }
-    }
+    dtl::data::copy_windows(corpus(), step * global + begin, kContext, b.x.span<std::int32_t>(),
+                            b.y.span<std::int32_t>());
   }
   return b;
 }
