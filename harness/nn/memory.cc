@@ -30,7 +30,12 @@ const char* to_string(MemoryCategory category) noexcept {
 }
 
 const char* to_string(Device device) noexcept {
-  return device == Device::kCpu ? "cpu" : "cuda";
+  switch (device) {
+    case Device::kCpu: return "cpu";
+    case Device::kCuda: return "cuda";
+    case Device::kPinnedHost: return "pinned";
+  }
+  return "unknown";
 }
 
 void MemoryTracker::allocated(MemoryCategory category, std::int64_t bytes) noexcept {
@@ -98,9 +103,8 @@ std::string MemoryTracker::report() const {
 }
 
 MemoryTracker& memory_tracker(Device device) noexcept {
-  static MemoryTracker cpu;
-  static MemoryTracker cuda;
-  return device == Device::kCpu ? cpu : cuda;
+  static std::array<MemoryTracker, kDeviceCount> trackers;
+  return trackers[static_cast<std::size_t>(device)];
 }
 
 std::string human_bytes(std::int64_t bytes) {

@@ -13,7 +13,8 @@
 ///
 /// Counters are atomics, so tensors may be created and freed from several
 /// threads (lab 04's communication thread). There is one tracker per device:
-/// memory_tracker(Device::kCpu) and memory_tracker(Device::kCuda).
+/// memory_tracker(Device::kCpu), memory_tracker(Device::kCuda) and
+/// memory_tracker(Device::kPinnedHost).
 #pragma once
 
 #include <array>
@@ -43,11 +44,25 @@ const char* to_string(MemoryCategory category) noexcept;
 
 /// @brief Where a tensor lives.
 enum class Device : int {
-  kCpu = 0,  ///< host memory
-  kCuda,     ///< memory of the current CUDA device (only where built with CUDA and a GPU is present)
+  kCpu = 0,     ///< host memory
+  kCuda,        ///< memory of the current CUDA device (only where built with CUDA and a GPU is present)
+  /// Host memory set aside for data kept off the compute device (lab 06's CPU
+  /// offload): page-locked (cudaMallocHost) in a CUDA build, so copies to and
+  /// from the GPU run at full PCIe speed; ordinary host memory otherwise. The
+  /// CPU reads and writes it directly. Its own tracker is what lets a program
+  /// show where its bytes live, GPU or not.
+  kPinnedHost,
 };
 
-/// @brief The device's name, "cpu" or "cuda".
+/// @brief The number of Device values (and of trackers).
+inline constexpr int kDeviceCount = 3;
+
+/// @brief Whether the CPU can read and write memory on `device` directly.
+/// @param[in] device the device.
+/// @return true for kCpu and kPinnedHost.
+constexpr bool is_host(Device device) noexcept { return device != Device::kCuda; }
+
+/// @brief The device's name, "cpu", "cuda" or "pinned".
 /// @param[in] device the device.
 /// @return a static name.
 const char* to_string(Device device) noexcept;

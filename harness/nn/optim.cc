@@ -19,12 +19,13 @@ void require_slice(std::size_t params, std::size_t grads, std::int64_t count, co
 
 }  // namespace
 
-Sgd::Sgd(SgdOptions options, std::int64_t count) : options_(options), count_(count) {
+Sgd::Sgd(SgdOptions options, std::int64_t count, Device device) : options_(options), count_(count) {
   DTL_REQUIRE_ARG(count >= 0, "Sgd", "count", "is negative");
+  DTL_REQUIRE_ARG(is_host(device), "Sgd", "device", "is cuda; the optimizers step in host memory");
   DTL_REQUIRE_ARG(options.lr >= 0, "Sgd", "options.lr", "is negative");
   DTL_REQUIRE_ARG(options.momentum >= 0, "Sgd", "options.momentum", "is negative");
   DTL_REQUIRE_ARG(options.weight_decay >= 0, "Sgd", "options.weight_decay", "is negative");
-  if (options.momentum > 0) momentum_ = Tensor::zeros({count}, DType::kF32, MemoryCategory::kOptimizerState);
+  if (options.momentum > 0) momentum_ = Tensor::zeros({count}, DType::kF32, MemoryCategory::kOptimizerState, device);
 }
 
 void Sgd::step(std::span<float> params, std::span<const float> grads) {
@@ -42,15 +43,16 @@ void Sgd::step(std::span<float> params, std::span<const float> grads) {
   }
 }
 
-AdamW::AdamW(AdamWOptions options, std::int64_t count) : options_(options), count_(count) {
+AdamW::AdamW(AdamWOptions options, std::int64_t count, Device device) : options_(options), count_(count) {
   DTL_REQUIRE_ARG(count >= 0, "AdamW", "count", "is negative");
+  DTL_REQUIRE_ARG(is_host(device), "AdamW", "device", "is cuda; the optimizers step in host memory");
   DTL_REQUIRE_ARG(options.lr >= 0, "AdamW", "options.lr", "is negative");
   DTL_REQUIRE_ARG(options.beta1 >= 0 && options.beta1 < 1, "AdamW", "options.beta1", "must be in [0, 1)");
   DTL_REQUIRE_ARG(options.beta2 >= 0 && options.beta2 < 1, "AdamW", "options.beta2", "must be in [0, 1)");
   DTL_REQUIRE_ARG(options.eps > 0, "AdamW", "options.eps", "must be positive");
   DTL_REQUIRE_ARG(options.weight_decay >= 0, "AdamW", "options.weight_decay", "is negative");
-  m_ = Tensor::zeros({count}, DType::kF32, MemoryCategory::kOptimizerState);
-  v_ = Tensor::zeros({count}, DType::kF32, MemoryCategory::kOptimizerState);
+  m_ = Tensor::zeros({count}, DType::kF32, MemoryCategory::kOptimizerState, device);
+  v_ = Tensor::zeros({count}, DType::kF32, MemoryCategory::kOptimizerState, device);
 }
 
 void AdamW::set_steps(std::int64_t steps) {

@@ -34,8 +34,11 @@ class Sgd {
   /// @brief An optimizer for a slice of `count` elements; momentum state starts at zero.
   /// @param[in] options the hyper-parameters.
   /// @param[in] count elements it will update (the slice length).
-  /// @throws dtl::InvalidArgument if count < 0 or lr, momentum or weight_decay is negative.
-  Sgd(SgdOptions options, std::int64_t count);
+  /// @param[in] device where the state lives: host memory (kCpu, or kPinnedHost for
+  ///            lab 06's CPU offload); the step runs on the CPU.
+  /// @throws dtl::InvalidArgument if count < 0, lr, momentum or weight_decay is negative,
+  ///         or device is not host memory.
+  Sgd(SgdOptions options, std::int64_t count, Device device = Device::kCpu);
   /// @brief One step over the slice.
   /// @param[in,out] params the parameter slice, `count` floats.
   /// @param[in] grads the gradient slice, `count` floats.
@@ -71,8 +74,11 @@ class AdamW {
   /// @brief An optimizer for a slice of `count` elements; m and v start at zero.
   /// @param[in] options the hyper-parameters.
   /// @param[in] count elements it will update.
-  /// @throws dtl::InvalidArgument if count < 0 or a hyper-parameter is out of range.
-  AdamW(AdamWOptions options, std::int64_t count);
+  /// @param[in] device where m and v live: host memory (kCpu, or kPinnedHost for
+  ///            lab 06's CPU offload); the step runs on the CPU.
+  /// @throws dtl::InvalidArgument if count < 0, a hyper-parameter is out of range, or
+  ///         device is not host memory.
+  AdamW(AdamWOptions options, std::int64_t count, Device device = Device::kCpu);
   /// @brief One step over the slice (t advances by one).
   /// @param[in,out] params the parameter slice, `count` floats.
   /// @param[in] grads the gradient slice, `count` floats.

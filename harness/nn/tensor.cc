@@ -55,11 +55,31 @@ std::string to_string(const Shape& shape) {
 // Storage
 // ---------------------------------------------------------------------------
 
+namespace {
+
+// Whether Device::kPinnedHost memory comes from cudaMallocHost: only in a CUDA
+// build on a machine with a GPU (asked once). Elsewhere it is ordinary memory.
+bool pinned_by_cuda() {
+#ifdef DTL_HAVE_CUDA
+  static const bool gpu = [] {
+    int count = 0;
+    const bool found = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+    cudaGetLastError();  // "no device" is an answer here, not an error to keep
+    return found;
+  }();
+  return gpu;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
 Storage::Storage(std::int64_t bytes, MemoryCategory category, Device device)
     : bytes_(bytes), category_(category), device_(device) {
   DTL_REQUIRE_ARG(bytes >= 0, "Storage", "bytes", "is negative (" + std::to_string(bytes) + ")");
 #ifndef DTL_HAVE_CUDA
-  DTL_REQUIRE_ARG(device == Device::kCpu, "Storage", "device",
+  DTL_REQUIRE_ARG(device != Device::kCuda, "Storage", "device",
                   "is cuda, but this build has no CUDA (nvcc was not found)");
 #endif
   allocate();
@@ -71,16 +91,21 @@ void Storage::allocate() {
   if (allocated_) return;
   if (bytes_ > 0) {
     const auto n = static_cast<std::size_t>(bytes_);
-    if (device_ == Device::kCpu) {
-      // 64-byte alignment: a cache line, and enough for any SIMD load. The
-      // tracker counts the bytes asked for, not what the allocator rounds to.
-      data_ = ::operator new(n, std::align_val_t{64});
-      std::memset(data_, 0, n);
-    } else {
+    if (device_ == Device::kCuda) {
 #ifdef DTL_HAVE_CUDA
       DTL_CUDA_CHECK(cudaMalloc(&data_, n));
       DTL_CUDA_CHECK(cudaMemset(data_, 0, n));
 #endif
+    } else if (device_ == Device::kPinnedHost && pinned_by_cuda()) {
+#ifdef DTL_HAVE_CUDA
+      DTL_CUDA_CHECK(cudaMallocHost(&data_, n));
+      std::memset(data_, 0, n);
+#endif
+    } else {
+      // 64-byte alignment: a cache line, and enough for any SIMD load. The
+      // tracker counts the bytes asked for, not what the allocator rounds to.
+      data_ = ::operator new(n, std::align_val_t{64});
+      std::memset(data_, 0, n);
     }
     memory_tracker(device_).allocated(category_, bytes_);
   }
@@ -90,12 +115,16 @@ void Storage::allocate() {
 void Storage::release() noexcept {
   if (!allocated_) return;
   if (data_ != nullptr) {
-    if (device_ == Device::kCpu) {
-      ::operator delete(data_, std::align_val_t{64});
-    } else {
+    if (device_ == Device::kCuda) {
 #ifdef DTL_HAVE_CUDA
       cudaFree(data_);  // errors ignored: this runs in destructors
 #endif
+    } else if (device_ == Device::kPinnedHost && pinned_by_cuda()) {
+#ifdef DTL_HAVE_CUDA
+      cudaFreeHost(data_);
+#endif
+    } else {
+      ::operator delete(data_, std::align_val_t{64});
     }
     memory_tracker(device_).freed(category_, bytes_);
     data_ = nullptr;
@@ -167,7 +196,7 @@ void Tensor::check_access(DType wanted) const {
 }
 
 void Tensor::check_host() const {
-  DTL_REQUIRE_ARG(device() == Device::kCpu, "Tensor::span", "this",
+  DTL_REQUIRE_ARG(is_host(device()), "Tensor::span", "this",
                   "lives on the GPU; copy it to the host with to(Device::kCpu)");
 }
 
@@ -205,7 +234,7 @@ void Tensor::copy_from(const Tensor& src) const {
   DTL_REQUIRE_ARG(raw() != nullptr, "Tensor::copy_from", "this", "has no memory (released?)");
   DTL_REQUIRE_ARG(src.raw() != nullptr, "Tensor::copy_from", "src", "has no memory (released?)");
   const auto n = static_cast<std::size_t>(bytes());
-  if (device() == Device::kCpu && src.device() == Device::kCpu) {
+  if (is_host(device()) && is_host(src.device())) {
     std::memmove(raw(), src.raw(), n);
     return;
   }
@@ -223,7 +252,7 @@ Tensor Tensor::to(Device device) const {
 void Tensor::zero() const {
   if (numel_ == 0) return;
   DTL_REQUIRE_ARG(raw() != nullptr, "Tensor::zero", "this", "has no memory (released?)");
-  if (device() == Device::kCpu) {
+  if (is_host(device())) {
     std::memset(raw(), 0, static_cast<std::size_t>(bytes()));
     return;
   }
@@ -262,8 +291,8 @@ void store(void* base, DType dtype, std::int64_t i, double v) {
 void convert(const Tensor& dst, const Tensor& src) {
   DTL_REQUIRE_ARG(dst.numel() == src.numel(), "convert", "dst",
                   "has " + std::to_string(dst.numel()) + " elements, src " + std::to_string(src.numel()));
-  DTL_REQUIRE_ARG(dst.device() == Device::kCpu && src.device() == Device::kCpu, "convert", "dst",
-                  "and src must both be on the CPU");
+  DTL_REQUIRE_ARG(is_host(dst.device()) && is_host(src.device()), "convert", "dst",
+                  "and src must both be in host memory");
   DTL_REQUIRE_ARG(dst.dtype() != DType::kI32, "convert", "dst", "is i32; convert handles float types only");
   DTL_REQUIRE_ARG(src.dtype() != DType::kI32, "convert", "src", "is i32; convert handles float types only");
   if (dst.numel() == 0) return;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "harness/error.h"
+#include "harness/nn/memory.h"
 #include "harness/nn/optim.h"
 #include "harness/nn/random.h"
 
@@ -35,6 +36,27 @@ TEST(Sgd, WithoutMomentumKeepsNoState) {
   const std::vector<float> g{1, -1, 0.5f};
   sgd.step(p, g);
   EXPECT_EQ(p, (std::vector<float>{0.5f, 2.5f, 2.75f}));
+}
+
+TEST(Optimizers, StateInPinnedHostMemoryIsChargedThereAndStepsTheSame) {
+  MemoryTracker& pinned = memory_tracker(Device::kPinnedHost);
+  const std::int64_t before = pinned.current(MemoryCategory::kOptimizerState);
+  Sgd sgd_host({.lr = 0.1f, .momentum = 0.9f}, 3), sgd_pinned({.lr = 0.1f, .momentum = 0.9f}, 3, Device::kPinnedHost);
+  AdamW adam_host({.lr = 0.01f}, 3), adam_pinned({.lr = 0.01f}, 3, Device::kPinnedHost);
+  EXPECT_EQ(pinned.current(MemoryCategory::kOptimizerState) - before, 4 * 3 + 8 * 3);  // momentum; m and v
+  EXPECT_EQ(adam_pinned.m().device(), Device::kPinnedHost);
+  std::vector<float> a{1, 2, 3}, b = a, c = a, d = a;
+  const std::vector<float> g{0.5f, -0.25f, 2.0f};
+  for (int t = 0; t < 3; ++t) {
+    sgd_host.step(a, g);
+    sgd_pinned.step(b, g);
+    adam_host.step(c, g);
+    adam_pinned.step(d, g);
+  }
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(c, d);
+  EXPECT_THROW(Sgd({.lr = 0.1f}, 3, Device::kCuda), InvalidArgument);
+  EXPECT_THROW(AdamW({}, 3, Device::kCuda), InvalidArgument);
 }
 
 TEST(AdamW, FirstStepsMatchTheClosedForm) {

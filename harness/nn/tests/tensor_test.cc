@@ -155,6 +155,34 @@ TEST(Tensor, ConvertRoundsLikeHalfH) {
   EXPECT_THROW(convert(Tensor::zeros({6}, DType::kI32, MemoryCategory::kOther), f32), InvalidArgument);
 }
 
+TEST(Tensor, PinnedHostMemoryIsHostMemoryWithItsOwnTracker) {
+  MemoryTracker& pinned = memory_tracker(Device::kPinnedHost);
+  const MemorySnapshot cpu_before = tracker().snapshot(), pinned_before = pinned.snapshot();
+  {
+    const Tensor p = Tensor::zeros({10}, DType::kF32, MemoryCategory::kOptimizerState, Device::kPinnedHost);
+    EXPECT_EQ(p.device(), Device::kPinnedHost);
+    EXPECT_EQ(pinned.current(MemoryCategory::kOptimizerState) - pinned_before.current[2], 40);
+    EXPECT_EQ(tracker().current_total(), cpu_before.current_total);  // nothing charged to kCpu
+    p.span<float>()[3] = 2.5f;  // the CPU reads and writes it directly
+    const Tensor c = p.to(Device::kCpu);  // same category, other tracker
+    EXPECT_EQ(c.data<float>()[3], 2.5f);
+    EXPECT_EQ(tracker().current(MemoryCategory::kOptimizerState) - cpu_before.current[2], 40);
+    c.span<float>()[4] = -1.0f;
+    p.copy_from(c);
+    EXPECT_EQ(p.data<float>()[4], -1.0f);
+    p.zero();
+    EXPECT_EQ(p.data<float>()[3], 0.0f);
+    const Tensor h = Tensor::zeros({10}, DType::kBF16, MemoryCategory::kCommunication, Device::kPinnedHost);
+    convert(h, c);
+    EXPECT_EQ(static_cast<float>(h.data<bf16>()[4]), -1.0f);
+    p.storage()->release();
+    EXPECT_EQ(pinned.current(MemoryCategory::kOptimizerState), pinned_before.current[2]);
+  }
+  EXPECT_EQ(pinned.current_total(), pinned_before.current_total);
+  EXPECT_EQ(tracker().current_total(), cpu_before.current_total);
+  EXPECT_STREQ(to_string(Device::kPinnedHost), "pinned");
+}
+
 TEST(Tensor, CudaTensorsNeedAGpuOrAreRefused) {
 #ifndef DTL_HAVE_CUDA
   EXPECT_THROW(Tensor::zeros({4}, DType::kF32, MemoryCategory::kOther, Device::kCuda), InvalidArgument);
