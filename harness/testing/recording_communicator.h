@@ -24,7 +24,7 @@
 namespace dtl::testing {
 
 /// @brief Forwards to an inner Communicator and records, per operation, its kind,
-/// dtype, elements, bytes, when it was issued and when the inner backend completed it.
+/// dtype, elements, bytes, buffers, when it was issued and when the inner backend completed it.
 ///
 /// Single-threaded like the Communicator it wraps: issue, test and wait from one thread.
 class RecordingCommunicator final : public dtl::Communicator {
@@ -37,6 +37,10 @@ class RecordingCommunicator final : public dtl::Communicator {
     std::size_t bytes = 0;  ///< OpInfo::total_bytes(): the whole buffer, the n of the cost formulas
     double issue = 0.0;     ///< clock_seconds() when the operation was called
     double end = 0.0;       ///< when the inner backend completed it; 0 until someone waited for it or tested it
+    const void* send = nullptr;  ///< the buffer read (allreduce, broadcast: the one buffer)
+    std::size_t send_bytes = 0;  ///< its size: a block for allgather, the whole buffer otherwise
+    const void* recv = nullptr;  ///< the buffer written (allreduce, broadcast: the one buffer)
+    std::size_t recv_bytes = 0;  ///< its size: a block for reduce_scatter, the whole buffer otherwise
   };
 
   /// @brief Records the operations issued on `inner`, which must outlive this.
@@ -112,17 +116,21 @@ class RecordingCommunicator final : public dtl::Communicator {
 
  protected:
   std::unique_ptr<dtl::WorkImpl> do_allreduce(void* buf, const dtl::OpInfo& info) override {
-    return record(info, [&] { return inner_.allreduce(buf, info.count, info.dtype, info.op); });
+    return record(info, buf, info.total_bytes(), buf, info.total_bytes(),
+                  [&] { return inner_.allreduce(buf, info.count, info.dtype, info.op); });
   }
   std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
-    return record(info, [&] { return inner_.broadcast(buf, info.count, info.dtype, info.root); });
+    return record(info, buf, info.total_bytes(), buf, info.total_bytes(),
+                  [&] { return inner_.broadcast(buf, info.count, info.dtype, info.root); });
   }
   std::unique_ptr<dtl::WorkImpl> do_reduce_scatter(const void* send_buf, void* recv_buf,
                                                    const dtl::OpInfo& info) override {
-    return record(info, [&] { return inner_.reduce_scatter(send_buf, recv_buf, info.count, info.dtype, info.op); });
+    return record(info, send_buf, info.total_bytes(), recv_buf, block_bytes(info),
+                  [&] { return inner_.reduce_scatter(send_buf, recv_buf, info.count, info.dtype, info.op); });
   }
   std::unique_ptr<dtl::WorkImpl> do_allgather(const void* send_buf, void* recv_buf, const dtl::OpInfo& info) override {
-    return record(info, [&] { return inner_.allgather(send_buf, recv_buf, info.count, info.dtype); });
+    return record(info, send_buf, block_bytes(info), recv_buf, info.total_bytes(),
+                  [&] { return inner_.allgather(send_buf, recv_buf, info.count, info.dtype); });
   }
 
  private:
@@ -156,10 +164,15 @@ class RecordingCommunicator final : public dtl::Communicator {
     std::uint64_t generation_;
   };
 
+  // One rank's block of a reduce_scatter or allgather.
+  static std::size_t block_bytes(const dtl::OpInfo& info) { return info.count * dtl::dtype_size(info.dtype); }
+
   // Records the operation at its issue time, then issues it on the inner backend.
   template <typename Issue>
-  std::unique_ptr<dtl::WorkImpl> record(const dtl::OpInfo& info, Issue&& issue) {
-    ops_.push_back({info.kind, info.dtype, info.count, info.total_bytes(), dtl::clock_seconds(), 0.0});
+  std::unique_ptr<dtl::WorkImpl> record(const dtl::OpInfo& info, const void* send, std::size_t send_bytes,
+                                        const void* recv, std::size_t recv_bytes, Issue&& issue) {
+    ops_.push_back({info.kind, info.dtype, info.count, info.total_bytes(), dtl::clock_seconds(), 0.0, send, send_bytes,
+                    recv, recv_bytes});
     const std::size_t index = ops_.size() - 1;
     return std::make_unique<Forward>(issue(), info, this, index);
   }

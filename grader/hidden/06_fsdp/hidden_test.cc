@@ -60,6 +60,39 @@ TEST(HiddenSharded, MemoryIsTheClosedForm) {
   }
 }
 
+// CPU offload with prefetch 2 at 5 and 6 ranks: one process's parameters, and the
+// host holds exactly the shards and the AdamW state (4S + 4S + 8S) while the
+// device's optimizer bytes stay zero.
+TEST(HiddenOffload, EqualsOneProcessWithShardsOnTheHost) {
+  using C = nn::MemoryCategory;
+  auto backend = mpi_backend(comm());
+  const int rank = comm().rank(), size = comm().size();
+  nn::MemoryTracker& host = nn::memory_tracker(nn::Device::kPinnedHost);
+  nn::MemoryTracker& device = nn::memory_tracker(nn::Device::kCpu);
+  for (ModelKind kind : {ModelKind::kOddMlp, ModelKind::kGpt}) {
+    const std::vector<float> expected = single_process(kind, OptKind::kAdamW, 13, kSteps, kBatch30);
+    const nn::MemorySnapshot host0 = host.snapshot(), dev0 = device.snapshot();
+    nn::Model model = make_model(kind, 13 + static_cast<std::uint64_t>(rank) * 7);
+    const auto layouts = test_layouts(model, size);
+    const std::int64_t shard = sizes_of(layouts).n / size;
+    lab06::ShardedOptions o = options_for(ShardingMode::kFsdp, OptKind::kAdamW, 2, layouts);
+    o.offload = true;
+    lab06::ShardedTrainer trainer(*backend, model, o);
+    device.reset_peak();
+    for (int step = 0; step < kSteps; ++step) {
+      const Batch b = rank_batch(kind, step, rank, size, kBatch30);
+      trainer.step(b.x, b.y);
+    }
+    const std::string what = std::string("offload ") + model_name(kind);
+    EXPECT_TRUE(close_to_oracle(expected, gathered_parameters(trainer, comm()), what));
+    auto host_now = [&](C c) { return host.current(c) - host0.current[static_cast<int>(c)]; };
+    EXPECT_EQ(host_now(C::kParameters), 4 * shard) << what;
+    EXPECT_EQ(host_now(C::kGradients), 4 * shard) << what;
+    EXPECT_EQ(host_now(C::kOptimizerState), 8 * shard) << what;
+    EXPECT_EQ(device.peak(C::kOptimizerState) - dev0.current[static_cast<int>(C::kOptimizerState)], 0) << what;
+  }
+}
+
 // Saved at 5 or 6 ranks, loaded at 2, 3 and 4: resumed training stays within the
 // tolerance of one process's whole run.
 TEST(HiddenCheckpoint, SavedAtManyRanksResumesAtFewer) {

@@ -1,5 +1,5 @@
 // Lab 06 benchmark: peak memory per rank and step time of DDP, ZeRO-1, ZeRO-2 and
-// FSDP (with and without prefetch), the communication exposed vs hidden, the
+// FSDP (with and without prefetch, with CPU offload), the communication exposed vs hidden, the
 // memory of one FSDP step over time, and a Chrome trace of one FSDP step.
 //
 // The model: an MLP (in 256, hidden 512, depth 6, 10 classes: units fc0..fc5 and
@@ -13,6 +13,9 @@
 //                      Note [ZeRO stages]'s closed form for the same W; DDP is a plain
 //                      data-parallel step written here (flat buffers, one allreduce of
 //                      the averaged gradients, AdamW over everything): 4N + 4N + 8N.
+//                      The offload row is the compute device's (Device::kCpu) bytes;
+//                      a line under the table gives its host side (Device::kPinnedHost)
+//                      and the bytes copied per step (Note [CPU offload]).
 // Rows (2 ranks by default; `./dtl bench 06 -n 4`):
 //   Step/<backend>/<mode>   the mode's step (impl) paired with the DDP step (vendor
 //                           column) through the same backend; ratio = mode / DDP per
@@ -112,13 +115,15 @@ struct Mode {
   bool ddp = false;
   lab06::ShardingMode mode = lab06::ShardingMode::kFsdp;
   int prefetch = 0;
+  bool offload = false;
 };
 const std::vector<Mode>& modes() {
   static const std::vector<Mode> m = {{"ddp", true},
                                       {"zero1", false, lab06::ShardingMode::kZero1, 0},
                                       {"zero2", false, lab06::ShardingMode::kZero2, 0},
                                       {"fsdp", false, lab06::ShardingMode::kFsdp, 0},
-                                      {"fsdp+prefetch1", false, lab06::ShardingMode::kFsdp, 1}};
+                                      {"fsdp+prefetch1", false, lab06::ShardingMode::kFsdp, 1},
+                                      {"fsdp+offload", false, lab06::ShardingMode::kFsdp, 0, true}};
   return m;
 }
 
@@ -134,6 +139,7 @@ struct Sharded {
     lab06::ShardedOptions o;
     o.mode = m.mode;
     o.prefetch = m.prefetch;
+    o.offload = m.offload;
     o.adamw = kAdamW;
     o.timeline = timeline;
     o.observer = std::move(observer);
@@ -167,17 +173,31 @@ struct Peaks {
   std::int64_t params = 0, grads = 0, optim = 0;
 };
 
-Peaks measure(const Mode& m) {
-  auto& tracker = nn::memory_tracker();
-  const nn::MemorySnapshot before = tracker.snapshot();
-  Peaks p;
+// The peaks of one device's tracker since `before` (a snapshot taken before the model was made).
+Peaks peaks_since(nn::Device device, const nn::MemorySnapshot& before) {
+  const nn::MemoryTracker& t = nn::memory_tracker(device);
+  return {t.peak(C::kParameters) - before.current[static_cast<int>(C::kParameters)],
+          t.peak(C::kGradients) - before.current[static_cast<int>(C::kGradients)],
+          t.peak(C::kOptimizerState) - before.current[static_cast<int>(C::kOptimizerState)]};
+}
+
+struct Measured {
+  Peaks device, host;  // host: Device::kPinnedHost (offload only)
+  std::int64_t to_device = 0, to_host = 0;  // offload: bytes copied in the second step
+};
+
+Measured measure(const Mode& m) {
+  auto& device = nn::memory_tracker(nn::Device::kCpu);
+  auto& host = nn::memory_tracker(nn::Device::kPinnedHost);
+  const nn::MemorySnapshot device0 = device.snapshot(), host0 = host.snapshot();
+  Measured out;
   auto run = [&](auto& t) {
     t.step();
-    tracker.reset_peak();
+    device.reset_peak();
+    host.reset_peak();
     t.step();
-    p = {tracker.peak(C::kParameters) - before.current[static_cast<int>(C::kParameters)],
-         tracker.peak(C::kGradients) - before.current[static_cast<int>(C::kGradients)],
-         tracker.peak(C::kOptimizerState) - before.current[static_cast<int>(C::kOptimizerState)]};
+    out.device = peaks_since(nn::Device::kCpu, device0);
+    out.host = peaks_since(nn::Device::kPinnedHost, host0);
   };
   if (m.ddp) {
     Ddp t(backend("mpi-thread"));
@@ -185,8 +205,10 @@ Peaks measure(const Mode& m) {
   } else {
     Sharded t(backend("mpi-thread"), m);
     run(t);
+    out.to_device = t.last.host_to_device_bytes;
+    out.to_host = t.last.device_to_host_bytes;
   }
-  return p;
+  return out;
 }
 
 // Note [ZeRO stages], from the model's own units (padded to W) and prefetch k.
@@ -203,6 +225,7 @@ Peaks closed_form(const Mode& m) {
   }
   const std::int64_t s = n / w, held = 4 * (1 + m.prefetch) * largest;
   if (m.ddp) return {4 * unpadded, 4 * unpadded, 8 * unpadded};
+  if (m.offload) return {held, held, 0};  // the device side; the host holds 4S, 4S, 8S
   switch (m.mode) {
     case lab06::ShardingMode::kZero1: return {4 * n, 4 * n, 8 * s};
     case lab06::ShardingMode::kZero2: return {4 * n, 4 * s + held, 8 * s};
@@ -223,8 +246,10 @@ void print_memory() {
     std::printf("# %-16s %10s %10s %10s %10s %12s %8s\n", "mode", "params", "grads", "optimizer", "total",
                 "closed form", "off by");
   }
+  std::vector<Measured> offload_lines;
   for (const Mode& m : modes()) {
-    const Peaks p = measure(m), want = closed_form(m);
+    const Measured measured = measure(m);
+    const Peaks p = measured.device, want = closed_form(m);
     const double mib = 1.0 / (1 << 20);
     const double total = static_cast<double>(p.params + p.grads + p.optim) * mib;
     const double formula = static_cast<double>(want.params + want.grads + want.optim) * mib;
@@ -232,7 +257,18 @@ void print_memory() {
       std::printf("# %-16s %10.2f %10.2f %10.2f %10.2f %12.2f %7.1f%%\n", m.name.c_str(),
                   static_cast<double>(p.params) * mib, static_cast<double>(p.grads) * mib,
                   static_cast<double>(p.optim) * mib, total, formula, 100.0 * (total - formula) / formula);
+      if (m.offload) offload_lines.push_back(measured);
     }
+  }
+  for (const Measured& h : offload_lines) {
+    const double mib = 1.0 / (1 << 20);
+    const std::int64_t s = closed_form({"fsdp", false, lab06::ShardingMode::kFsdp, 0}).optim / 8;
+    std::printf("# fsdp+offload, host side (pinned): params %.2f, grads %.2f, optimizer %.2f MiB (closed form 4S, 4S, "
+                "8S = %.2f, %.2f, %.2f); copied per step: %.2f MiB to the device (8S), %.2f MiB back (4S)\n",
+                static_cast<double>(h.host.params) * mib, static_cast<double>(h.host.grads) * mib,
+                static_cast<double>(h.host.optim) * mib, static_cast<double>(4 * s) * mib,
+                static_cast<double>(4 * s) * mib, static_cast<double>(8 * s) * mib,
+                static_cast<double>(h.to_device) * mib, static_cast<double>(h.to_host) * mib);
   }
   if (comm().rank() == 0) {
     std::printf("# (the prefetch row's closed form is the bound 4S + 4(1 + k)L per category)\n");

@@ -31,11 +31,12 @@ namespace dtl::lab06 {
 void ShardedTrainer::issue_gather(int u) {
   UnitState& st = units_.at(static_cast<std::size_t>(u));
   if (st.gather_issued) return;
-  // TODO(student): Allocate full_values' storage again. f32: allgather(shard -> full_values, count =
-  //   shard, DType::kF32). 16-bit param_dtype: half_shard = a new kCommunication tensor of
-  //   `shard` elements of param_dtype holding round(shard) (nn::convert), half_full = a new
-  //   kCommunication tensor of `padded` elements; allgather half_shard -> half_full as
-  //   DType::kF16 / kBF16. Keep the Work in st.gather; set gather_issued; ++in_flight_ and
+  // TODO(student): Allocate full_values' storage again. The shard to send, `mine`: st.shard, or with
+  //   offload this rank's own slice of full_values after upload_shard(u) (Note [CPU
+  //   offload]). f32: allgather(mine -> full_values, count = shard, DType::kF32).
+  //   16-bit param_dtype: half_shard = a new kCommunication tensor of `shard` elements of
+  //   param_dtype holding round(mine) (nn::convert), half_full = a new kCommunication
+  //   tensor of `padded` elements; allgather half_shard -> half_full as DType::kF16 / kBF16. Keep the Work in st.gather; set gather_issued; ++in_flight_ and
   //   raise current_.max_in_flight; count current_.allgathers and allgather_bytes (padded x
   //   the element size actually sent).
   throw dtl::NotImplemented("ShardedTrainer::issue_gather");

@@ -86,6 +86,9 @@ ShardedTrainer::ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOpti
   DTL_REQUIRE_ARG(std::isfinite(options_.loss_scale) && options_.loss_scale > 0.0f, fn, "options.loss_scale",
                   "is " + std::to_string(options_.loss_scale) + "; it must be finite and > 0");
   DTL_REQUIRE_ARG(options_.max_unit_bytes >= 0, fn, "options.max_unit_bytes", "is negative");
+  DTL_REQUIRE_ARG(!options_.offload || fsdp, fn, "options.offload",
+                  std::string("is set in ") + sharding_mode_name(options_.mode) +
+                      "; CPU offload is FSDP's (ZeRO-1/2 keep full parameters on the device)");
   const int units = model.unit_count();
   DTL_REQUIRE_ARG(options_.layouts.empty() || static_cast<int>(options_.layouts.size()) == units, fn,
                   "options.layouts",
@@ -112,11 +115,13 @@ ShardedTrainer::ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOpti
   //   For every unit u (see the table at the top of this file; layout = units_[u].layout):
   //    - full_values = nn::flatten_values(unit params, W); broadcast it from rank 0 (wait);
   //      full_grads = nn::flatten_grads(unit params, W);
-  //    - shard: FSDP a clone (kParameters) of full_values' view [rank * shard, + shard),
-  //      then release full_values' storage; ZeRO-1/2 the view itself;
+  //    - shard: FSDP a copy on state_device() (view.to(state_device()): kParameters) of
+  //      full_values' view [rank * shard, + shard), then release full_values' storage;
+  //      ZeRO-1/2 the view itself;
   //    - grad_shard: ZeRO-1 the view of full_grads; otherwise a new zeroed tensor of
-  //      `shard` floats (kGradients), and release full_grads' storage;
-  //    - the optimizer: nn::Sgd(options_.sgd, shard) or nn::AdamW(options_.adamw, shard).
+  //      `shard` floats (kGradients) on state_device(), and release full_grads' storage;
+  //    - the optimizer, its state on state_device(): nn::Sgd(options_.sgd, shard, device)
+  //      or nn::AdamW(options_.adamw, shard, device).
   throw dtl::NotImplemented("ShardedTrainer::ShardedTrainer");
 
   // The hooks: the parameter side (task C, FSDP only) around the gradient side
@@ -190,7 +195,8 @@ void ShardedTrainer::after_backward_grads(int u) {
   // TODO(student): 1. A 16-bit param_dtype: round every element of full_grads to that type and back
   //      (nn::f16 / nn::bf16): what a 16-bit backward would have produced.
   //   2. Issue the reduce-scatter (ReduceOp::kAvg, f32, recv count = shard) from
-  //      full_grads into grad_shard; ZeRO-1 in place: recv_buf = full_grads + rank * shard.
+  //      full_grads into grad_shard; ZeRO-1 and offload in place: recv_buf = full_grads +
+  //      rank * shard (offload: grad_shard is host memory, no collective may touch it).
   //      Count it in current_ (reduce_scatters, reduce_scatter_bytes = padded * 4), set
   //      reduce_issued, and append u to reduce_order_.
   //   3. While more than options_.prefetch are in flight, wait_reduce() the oldest.
@@ -200,7 +206,8 @@ void ShardedTrainer::after_backward_grads(int u) {
 void ShardedTrainer::wait_reduce(int u) {
   UnitState& st = units_.at(static_cast<std::size_t>(u));
   // TODO(student): wait_timed() unit u's reduce-scatter, clear reduce_issued, remove u from
-  //   reduce_order_, and (ZeRO-2, FSDP) release full_grads' storage.
+  //   reduce_order_; offload: download_grad_shard(u); and (ZeRO-2, FSDP) release
+  //   full_grads' storage.
   throw dtl::NotImplemented("ShardedTrainer::wait_reduce");
 }
 

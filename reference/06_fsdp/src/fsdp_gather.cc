@@ -32,22 +32,28 @@ void ShardedTrainer::issue_gather(int u) {
   UnitState& st = units_.at(static_cast<std::size_t>(u));
   if (st.gather_issued) return;
   // BEGIN SOLUTION(ShardedTrainer::issue_gather)
-  // | Allocate full_values' storage again. f32: allgather(shard -> full_values, count =
-  // | shard, DType::kF32). 16-bit param_dtype: half_shard = a new kCommunication tensor of
-  // | `shard` elements of param_dtype holding round(shard) (nn::convert), half_full = a new
-  // | kCommunication tensor of `padded` elements; allgather half_shard -> half_full as
-  // | DType::kF16 / kBF16. Keep the Work in st.gather; set gather_issued; ++in_flight_ and
+  // | Allocate full_values' storage again. The shard to send, `mine`: st.shard, or with
+  // | offload this rank's own slice of full_values after upload_shard(u) (Note [CPU
+  // | offload]). f32: allgather(mine -> full_values, count = shard, DType::kF32).
+  // | 16-bit param_dtype: half_shard = a new kCommunication tensor of `shard` elements of
+  // | param_dtype holding round(mine) (nn::convert), half_full = a new kCommunication
+  // | tensor of `padded` elements; allgather half_shard -> half_full as DType::kF16 / kBF16. Keep the Work in st.gather; set gather_issued; ++in_flight_ and
   // | raise current_.max_in_flight; count current_.allgathers and allgather_bytes (padded x
   // | the element size actually sent).
   st.full_values.storage()->allocate();
+  nn::Tensor mine = st.shard;
+  if (options_.offload) {
+    upload_shard(u);
+    mine = st.full_values.view(st.layout.shard_begin(comm_.rank()), {st.layout.shard});
+  }
   const nn::DType pd = options_.param_dtype;
   const auto shard = static_cast<std::size_t>(st.layout.shard);
   if (pd == nn::DType::kF32) {
-    st.gather = comm_.allgather(st.shard.raw(), st.full_values.raw(), shard, DType::kF32);
+    st.gather = comm_.allgather(mine.raw(), st.full_values.raw(), shard, DType::kF32);
     current_.allgather_bytes += st.layout.padded * 4;
   } else {
     st.half_shard = nn::Tensor::zeros({st.layout.shard}, pd, nn::MemoryCategory::kCommunication);
-    nn::convert(st.half_shard, st.shard);
+    nn::convert(st.half_shard, mine);
     st.half_full = nn::Tensor::zeros({st.layout.padded}, pd, nn::MemoryCategory::kCommunication);
     st.gather = comm_.allgather(st.half_shard.raw(), st.half_full.raw(), shard,
                                 pd == nn::DType::kF16 ? DType::kF16 : DType::kBF16);

@@ -24,7 +24,10 @@
 ///     in flight; 16-bit gathers for mixed precision;
 ///   - Task D (checkpoint.cc): sharded checkpoints — each rank writes its shard;
 ///     loading re-shards for another world size, or refuses, naming the file, the
-///     unit and the rank, and changes nothing.
+///     unit and the rank, and changes nothing;
+///   - Task E (offload.cc): CPU offload — the shards and the optimizer state in
+///     host memory, copied in before each gather and out after each
+///     reduce-scatter; the optimizer steps on the host.
 ///
 /// and, given (labs/06_fsdp/given/, compiled into both builds, not yours to edit):
 ///   - shard_files.cc  the checkpoint file format (ShardFile, Manifest: write,
@@ -32,7 +35,7 @@
 ///
 /// See Note [FlatParameter], Note [ZeRO stages], Note [Reduce-scatter, not
 /// allreduce], Note [Gather and free], Note [Prefetch and the rate limiter],
-/// Note [Mixed precision in FSDP] and Note [Sharded checkpoints] below; the
+/// Note [Mixed precision in FSDP], Note [CPU offload] and Note [Sharded checkpoints] below; the
 /// handout and the slides refer to them by name.
 ///
 /// Do not edit this header: the grader compiles your src/ against its own copy.
@@ -165,6 +168,40 @@ namespace dtl::lab06 {
 // one-int found-inf flag over the ranks before deciding to skip, so every rank
 // skips the same steps; on a skip the scale halves.
 
+// Note [CPU offload]
+// ~~~~~~~~~~~~~~~~~~
+// With AdamW, FSDP still keeps 16S bytes per rank between steps: the 4S master
+// shard, the 4S gradient shard and 8S of m and v. CPU offload (PyTorch FSDP's
+// CPUOffload; the idea of ZeRO-Offload) moves all of it to host memory, which
+// is far larger than a GPU's, and leaves on the compute device only what a unit
+// needs while it runs. With ShardedOptions::offload, per unit (S_u = its shard,
+// L_u = its padded size):
+//
+//     buffer        compute device                  host (Device::kPinnedHost)
+//     shard         -                               4 S_u, the fp32 master copy
+//     grad_shard    -                               4 S_u
+//     optimizer     -                               8 S_u (AdamW), stepped by the CPU
+//     full_values   4 L_u, around each use          -
+//     full_grads    4 L_u, in the unit's backward   -
+//
+// The data crosses the host-device link (PCIe) at two places. Before each
+// gather, the host shard is copied into this rank's own slice of the freshly
+// allocated full buffer (host to device, 4 S_u bytes) and the all-gather runs in
+// place, sending from that slice. The reduce-scatter writes the averaged shard
+// into this rank's slice of the full gradient, which is copied into the host's
+// grad_shard (device to host, 4 S_u) before the full gradient is freed. Per
+// step that is 8S host-to-device (the forward and the backward gathers) and 4S
+// device-to-host: StepResult counts both. No collective ever reads or writes
+// host memory (NCCL moves device buffers only). The price is the link (PCIe 4.0
+// x16 peaks near 32 GB/s each way, an NVLink many times that) and an optimizer
+// step on the CPU; page-locked ("pinned") host memory is what lets the copies
+// run at the link's speed and overlap with compute. Here the layers compute on
+// the CPU (harness/nn), so the compute device is Device::kCpu and the host side
+// is Device::kPinnedHost (cudaMallocHost in a CUDA build with a GPU, ordinary
+// memory otherwise): each has its own MemoryTracker, which is how the tests see
+// where every byte lives. ZeRO-1/2 keep full parameters on the device and take
+// no offload here.
+
 // Note [Sharded checkpoints]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Each rank writes its own file, shard-R-of-W.dtl, with its shard of every unit
@@ -273,6 +310,10 @@ struct ShardedOptions {
   /// The loss scale of fp16 (param_dtype kF16): backward sees dL/dlogits * scale; a
   /// step with an inf or NaN on any rank is skipped and the scale halves. > 0, finite.
   float loss_scale = 1.0f;
+  /// FSDP only: keep every unit's shard, gradient shard and optimizer state in host
+  /// memory (Device::kPinnedHost) and copy across around each gather and reduce-scatter
+  /// (Note [CPU offload]). false: everything on the compute device (Device::kCpu).
+  bool offload = false;
   /// The largest full unit, in bytes of its padded fp32 FlatParameter, that this rank
   /// may materialize; a larger unit is refused in the constructor, naming it. 0: no limit.
   std::int64_t max_unit_bytes = 0;
@@ -300,6 +341,8 @@ struct StepResult {
   std::int64_t reduce_scatter_bytes = 0; ///< their full (input) buffers' bytes, summed
   double exposed_seconds = 0.0;          ///< time spent waiting for gathers and reduce-scatters
   int max_in_flight = 0;                 ///< the most gathers issued and not yet waited for, at once
+  std::int64_t host_to_device_bytes = 0; ///< offload: shard bytes copied to the compute device (8S per step)
+  std::int64_t device_to_host_bytes = 0; ///< offload: gradient-shard bytes copied to the host (4S per step)
 };
 
 /// @brief One unit's sharded state: its layout, buffers, optimizer and operations in flight.
@@ -316,10 +359,11 @@ struct UnitState {
   /// ZeRO-2 and FSDP: allocated from pre_backward until its reduce-scatter completed.
   nn::Tensor full_grads;
   /// This rank's shard of the values (f32, `shard` elements): the master copy the
-  /// optimizer steps. ZeRO-1/2: a view of full_values; FSDP: its own storage (kParameters).
+  /// optimizer steps. ZeRO-1/2: a view of full_values; FSDP: its own storage
+  /// (kParameters) on ShardedTrainer::state_device().
   nn::Tensor shard;
   /// This rank's averaged gradient shard (f32, `shard`). ZeRO-1: a view of full_grads;
-  /// ZeRO-2 and FSDP: its own storage (kGradients).
+  /// ZeRO-2 and FSDP: its own storage (kGradients) on ShardedTrainer::state_device().
   nn::Tensor grad_shard;
   /// FSDP with a 16-bit param_dtype: the rounded shard to send (kCommunication),
   /// allocated only while a gather is in flight.
@@ -362,8 +406,8 @@ class ShardedTrainer {
   ///            its hooks are replaced.
   /// @param[in] options mode, optimizer, prefetch, precision, limits.
   /// @throws dtl::InvalidArgument naming the argument, the unit and the rank: an f64 or
-  ///         flattened model, prefetch < 0, a 16-bit param_dtype outside FSDP, a bad
-  ///         loss_scale, a unit above max_unit_bytes, or layouts that do not match the units.
+  ///         flattened model, prefetch < 0, a 16-bit param_dtype or offload outside FSDP, a
+  ///         bad loss_scale, a unit above max_unit_bytes, or layouts that do not match the units.
   ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOptions options);
   /// @brief Removes the hooks and waits for anything in flight (errors printed, not thrown).
   ~ShardedTrainer();
@@ -394,6 +438,9 @@ class ShardedTrainer {
   Communicator& comm() noexcept { return comm_; }
   /// @return the model.
   nn::Model& model() noexcept { return model_; }
+  /// @brief Where the shards and the optimizer state live (Note [CPU offload]).
+  /// @return Device::kPinnedHost with options().offload, else Device::kCpu.
+  nn::Device state_device() const noexcept { return options_.offload ? nn::Device::kPinnedHost : nn::Device::kCpu; }
 
   /// @brief Replaces the optimizer step count (a checkpoint's). Every shard's optimizer follows it.
   /// @param[in] steps >= 0.
@@ -410,6 +457,9 @@ class ShardedTrainer {
   void wait_gather(int u);                   // wait; widen 16-bit; free the 16-bit buffers
   void free_params(int u);                   // release unit u's full values
   void gather_for_use(int u, int direction); // issue u (if needed) and prefetch u+d.. under the limit; wait u
+  // Task E (offload.cc): the copies of CPU offload.
+  void upload_shard(int u);         // host shard -> this rank's slice of full_values
+  void download_grad_shard(int u);  // this rank's slice of full_grads -> host grad_shard
   // Both.
   double wait_timed(Work& work, const std::string& what);  // waits, adds to exposed time and timeline
 

@@ -1,0 +1,45 @@
+// Lab 06, task E: CPU offload — the two copies that let the shards and the
+// optimizer state live in host memory (Note [CPU offload] in lab06/fsdp.h).
+//
+// What this file teaches: offload is a placement plus two copies per use.
+// The shard, the gradient shard and the optimizer state are made on
+// state_device() (task B's constructor); the optimizer steps them where they
+// are. Everything a collective touches stays on the compute device:
+//
+//     issue_gather(u)   allocate full_values; upload_shard(u): host shard ->
+//                       own slice; all-gather in place (send = own slice)
+//     wait_reduce(u)    the reduce-scatter wrote the averaged shard into the
+//                       own slice of full_grads; download_grad_shard(u):
+//                       own slice -> host grad_shard; free full_grads
+//
+// Per unit and use, 4 * shard bytes cross the link each way that applies; the
+// trainer counts them in StepResult (8S host to device, 4S back per step).
+#include <cstdint>
+
+#include "lab06/fsdp.h"
+
+namespace dtl::lab06 {
+
+void ShardedTrainer::upload_shard(int u) {
+  UnitState& st = units_.at(static_cast<std::size_t>(u));
+  // BEGIN SOLUTION(ShardedTrainer::upload_shard)
+  // | full_values is allocated. Copy st.shard (host) into this rank's own slice of it,
+  // | full_values.view(rank * shard, {shard}) (Tensor::copy_from), and add the slice's
+  // | bytes (shard * 4) to current_.host_to_device_bytes.
+  st.full_values.view(st.layout.shard_begin(comm_.rank()), {st.layout.shard}).copy_from(st.shard);
+  current_.host_to_device_bytes += st.layout.shard * 4;
+  // END SOLUTION
+}
+
+void ShardedTrainer::download_grad_shard(int u) {
+  UnitState& st = units_.at(static_cast<std::size_t>(u));
+  // BEGIN SOLUTION(ShardedTrainer::download_grad_shard)
+  // | The reduce-scatter has completed into this rank's own slice of full_grads. Copy
+  // | that slice into st.grad_shard (host) and add shard * 4 to
+  // | current_.device_to_host_bytes.
+  st.grad_shard.copy_from(st.full_grads.view(st.layout.shard_begin(comm_.rank()), {st.layout.shard}));
+  current_.device_to_host_bytes += st.layout.shard * 4;
+  // END SOLUTION
+}
+
+}  // namespace dtl::lab06
