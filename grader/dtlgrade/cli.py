@@ -54,10 +54,15 @@ def main(argv=None) -> int:
     parser.add_argument("--verbose", action="store_true", help="print every test run's output")
     parser.add_argument("--budget", metavar="SECONDS", type=float,
                         help="seconds for all test runs of one grading (default: the rubric's budget)")
+    parser.add_argument("--fail-under", metavar="PERCENT", type=float,
+                        help="exit 1 when the score is below PERCENT of the points (CI: 100 passes only with full "
+                             "marks; GitHub Classroom's command grader scores a step by its exit status)")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run the submission without bubblewrap: only where namespaces are refused (some "
                              "containers) and only for code you trust; the results say so")
     args = parser.parse_args(argv)
+    if args.fail_under is not None and not 0 <= args.fail_under <= 100:
+        parser.error(f"--fail-under {args.fail_under:g}: a percentage from 0 to 100")
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     if not args.no_sandbox:
@@ -90,4 +95,9 @@ def main(argv=None) -> int:
     if args.json:
         write_results(Path(args.json), results)
         print(f"wrote {args.json}")
+    if args.fail_under is not None:
+        score, points = results["score"], results["max_score"]
+        if points > 0 and 100.0 * score / points < args.fail_under - 1e-9:
+            print(f"grade: {score:g} / {points:g} is below --fail-under {args.fail_under:g}%", file=sys.stderr)
+            return 1
     return 0

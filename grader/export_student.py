@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""./dtl export-student DIR: the repository a course hands to its students.
+
+What a student repository holds, and what it must not:
+
+  kept     labs/ (handouts, headers, generated skeletons, given code, public tests,
+           benchmarks), harness/, datasets/, examples/, cmake/, slides/, the grader
+           (package, rubrics, entry point), dtl, README.md, the build files;
+  dropped  reference/ (the solutions), grader/hidden/ (the hidden tests),
+           grader/tests/ (the grader's own tests, which grade the references),
+           grader/gradescope/ (the instructors' package), grader/skeleton.py (the
+           generator, which reads reference/), .ci/ (this project's CI);
+  added    .github/workflows/classroom.yml (GitHub Classroom's autograding
+           convention: one command-grader step per lab, then the reporter) and a
+           first commit, so the folder can be pushed as the assignment's template.
+
+Only files git tracks are copied (nothing built, nothing ignored). The export is
+checked after it is written: it refuses to finish if a solution or a hidden test
+slipped in (a file under a dropped folder, or a `BEGIN SOLUTION` marker anywhere).
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+DROPPED = ("reference/", "grader/hidden/", "grader/tests/", "grader/gradescope/", "grader/skeleton.py", ".ci/")
+SOLUTION_MARKER = "BEGIN SOLUTION"
+
+WORKFLOW_HEAD = """\
+# GitHub Classroom autograding for dtlabs (written by ./dtl export-student).
+#
+# One step per lab: `./dtl grade NN --fail-under 100` builds your labs/NN_*/src in a
+# clean tree, runs the public tests under MPI and passes only with full marks; the
+# reporter adds up the steps' max-score. The per-item table is in each step's log,
+# and every lab's results.json is kept as an artifact.
+# Instructors: delete the steps of labs the assignment does not cover (and their
+# entries in the reporter's env and runners), or change max-score.
+name: Autograding Tests
+'on': [push, workflow_dispatch, repository_dispatch]
+permissions:
+  checks: write
+  actions: read
+  contents: read
+jobs:
+  run-autograding-tests:
+    runs-on: ubuntu-latest
+    container: debian:12
+    timeout-minutes: 120
+    if: github.actor != 'github-classroom[bot]'
+    steps:
+      - name: Checkout code
+        uses: actions/checkout@v4
+      - name: Set up (Debian packages; ./dtl setup)
+        run: |
+          apt-get update -qq && apt-get install -y -qq python3 git >/dev/null
+          ./dtl setup
+          ./dtl build
+"""
+
+WORKFLOW_STEP = """\
+      - name: Lab {lab}
+        id: lab{lab}
+        uses: classroom-resources/autograding-command-grader@v1
+        with:
+          test-name: Lab {lab}
+          setup-command: ''
+          command: ./dtl grade {lab} --no-sandbox --json results-{lab}.json --fail-under 100
+          timeout: 30
+          max-score: 100
+"""
+
+WORKFLOW_TAIL = """\
+      - name: Keep the results
+        if: always()
+        uses: actions/upload-artifact@v4
+        with:
+          name: dtlabs-results
+          path: results-*.json
+      - name: Autograding Reporter
+        uses: classroom-resources/autograding-grading-reporter@v1
+        env:
+{env}        with:
+          runners: {runners}
+"""
+
+
+def tracked_files(root: Path) -> list[str]:
+    out = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, check=True)
+    return [p for p in out.stdout.decode().split("\0") if p]
+
+
+def is_dropped(path: str) -> bool:
+    return any(path == d or path.startswith(d) for d in DROPPED)
+
+
+def lab_numbers(root: Path) -> list[str]:
+    return sorted(p.name[:2] for p in (root / "labs").iterdir() if p.is_dir() and p.name[:2].isdigit())
+
+
+def workflow(labs: list[str]) -> str:
+    # The container runs as root and GitHub's runners refuse the user namespaces that
+    # bubblewrap needs, hence --no-sandbox: a student's own CI runs the student's own code.
+    steps = "".join(WORKFLOW_STEP.format(lab=lab) for lab in labs)
+    env = "".join(f"          LAB{lab}_RESULTS: \"${{{{steps.lab{lab}.outputs.result}}}}\"\n" for lab in labs)
+    return WORKFLOW_HEAD + steps + WORKFLOW_TAIL.format(env=env, runners=",".join(f"lab{lab}" for lab in labs))
+
+
+def student_doxyfile(text: str) -> str:
+    """The Doxyfile without reference/ in INPUT (it is not there to document)."""
+    lines = []
+    for line in text.splitlines():
+        if line.split("=")[0].strip() == "INPUT":
+            key, value = line.split("=", 1)
+            line = key + "= " + " ".join(w for w in value.split() if w != "reference")
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def check_export(dest: Path) -> list[str]:
+    """What must not be in a student repository: the problems found, or []."""
+    problems = []
+    for d in DROPPED:
+        if (dest / d.rstrip("/")).exists():
+            problems.append(f"{d} was exported")
+    for path in dest.rglob("*"):
+        if ".git" in path.relative_to(dest).parts or not path.is_file():
+            continue
+        if path.suffix in (".cc", ".h", ".cu", ".cuh", ".py") and SOLUTION_MARKER in path.read_text(errors="replace"):
+            if path.name != "export_student.py":  # this file names the marker it looks for
+                problems.append(f"{path.relative_to(dest)} holds a solution block ({SOLUTION_MARKER})")
+    return problems
+
+
+def export(dest: Path, root: Path = ROOT, commit: bool = True) -> list[str]:
+    """Writes the student repository into `dest` (which must not exist or be empty).
+    Returns the exported paths, relative to dest."""
+    if dest.exists() and any(dest.iterdir()):
+        raise SystemExit(f"export-student: {dest} exists and is not empty")
+    dest.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for rel in tracked_files(root):
+        if is_dropped(rel) or not (root / rel).is_file():
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / rel, target)
+        copied.append(rel)
+    (dest / "Doxyfile").write_text(student_doxyfile((root / "Doxyfile").read_text()))
+    wf = dest / ".github" / "workflows" / "classroom.yml"
+    wf.parent.mkdir(parents=True, exist_ok=True)
+    wf.write_text(workflow(lab_numbers(root)))
+    copied.append(".github/workflows/classroom.yml")
+    problems = check_export(dest)
+    if problems:
+        shutil.rmtree(dest)
+        raise SystemExit("export-student: refused, removed the export:\n  " + "\n  ".join(problems))
+    if commit:
+        git = ["git", "-C", str(dest)]
+        subprocess.run(git + ["init", "-q", "-b", "main"], check=True)
+        subprocess.run(git + ["add", "-A"], check=True)
+        subprocess.run(git + ["-c", "user.name=dtlabs", "-c", "user.email=dtlabs@localhost", "commit", "-q", "-m",
+                              "dtlabs: the labs, their skeletons and public tests"], check=True)
+    return copied
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="./dtl export-student", description=__doc__.split("\n\n")[0])
+    parser.add_argument("dir", help="where to write the student repository (new or empty)")
+    parser.add_argument("--no-commit", action="store_true", help="do not make it a git repository")
+    args = parser.parse_args(argv)
+    dest = Path(args.dir).resolve()
+    if dest == ROOT or ROOT in dest.parents:
+        print(f"export-student: {dest} is inside this repository; choose a folder outside it", file=sys.stderr)
+        return 2
+    files = export(dest, commit=not args.no_commit)
+    print(f"export-student: {len(files)} files in {dest} (no reference/, no hidden tests); "
+          f"push it as the assignment's template. Students run ./dtl grade NN; CI: .github/workflows/classroom.yml")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

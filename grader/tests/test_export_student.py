@@ -1,0 +1,112 @@
+"""`./dtl export-student DIR` (grader/export_student.py): the repository students get.
+Checked here without building it (its own `./dtl test` and `./dtl grade 01` were run
+by hand; grader/README.md, "Classroom"): what it holds and what it must not, the
+GitHub Classroom workflow, the first commit, the refusals; and `--fail-under`, the
+exit status the workflow's command grader scores."""
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import helpers  # noqa: E402
+
+ROOT = helpers.ROOT
+sys.path.insert(0, str(ROOT / "grader"))
+import export_student  # noqa: E402
+
+
+class TestExport(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.addClassCleanup(cls.tmp.cleanup)
+        cls.dest = Path(cls.tmp.name) / "student"
+        run = subprocess.run([str(ROOT / "dtl"), "export-student", str(cls.dest)], capture_output=True, text=True,
+                             timeout=120)
+        assert run.returncode == 0, run.stdout + run.stderr
+        cls.labs = sorted(p.name for p in (ROOT / "labs").iterdir() if p.is_dir() and p.name[:2].isdigit())
+
+    def test_no_solutions_no_hidden_tests_no_instructor_tools(self):
+        for gone in ("reference", "grader/hidden", "grader/tests", "grader/gradescope", "grader/skeleton.py", ".ci"):
+            self.assertFalse((self.dest / gone).exists(), f"{gone} was exported")
+        self.assertEqual(export_student.check_export(self.dest), [])
+
+    def test_what_students_need_is_there(self):
+        for lab in self.labs:
+            src = self.dest / "labs" / lab / "src"
+            self.assertTrue(src.is_dir(), lab)
+            for f in src.iterdir():
+                self.assertEqual(f.read_text(), (ROOT / "labs" / lab / "src" / f.name).read_text(), f)
+                self.assertIn("TODO(student)", f.read_text(), f)
+            self.assertTrue((self.dest / "labs" / lab / "README.md").is_file(), lab)
+            self.assertTrue(any((self.dest / "labs" / lab / "tests").glob("*_test.cc")), lab)
+            self.assertTrue((self.dest / "grader" / "rubrics" / f"{lab[:2]}.toml").is_file(), lab)
+        for kept in ("dtl", "harness", "datasets", "cmake", "grader/grade.py", "grader/dtlgrade", "CMakeLists.txt"):
+            self.assertTrue((self.dest / kept).exists(), kept)
+        self.assertTrue((self.dest / "dtl").stat().st_mode & 0o111, "dtl lost its executable bit")
+        doxy_input = re.search(r"(?m)^INPUT\s*=(.*)$", (self.dest / "Doxyfile").read_text()).group(1).split()
+        self.assertNotIn("reference", doxy_input)
+        self.assertIn("harness", doxy_input)
+
+    def test_classroom_workflow_grades_every_lab(self):
+        wf = (self.dest / ".github" / "workflows" / "classroom.yml").read_text()
+        numbers = [lab[:2] for lab in self.labs]
+        steps = re.findall(r"(?m)^\s+id: (lab\d\d)\n\s+uses: classroom-resources/autograding-command-grader@v1", wf)
+        self.assertEqual(steps, [f"lab{n}" for n in numbers])
+        for n in numbers:
+            self.assertIn(f"command: ./dtl grade {n} --no-sandbox --json results-{n}.json --fail-under 100", wf)
+            self.assertIn(f'LAB{n}_RESULTS: "${{{{steps.lab{n}.outputs.result}}}}"', wf)
+        self.assertRegex(wf, r"uses: classroom-resources/autograding-grading-reporter@v1")
+        self.assertIn("runners: " + ",".join(f"lab{n}" for n in numbers), wf)
+        self.assertNotIn("\t", wf)  # YAML: spaces only
+
+    def test_one_commit_and_a_clean_tree(self):
+        log = subprocess.run(["git", "-C", str(self.dest), "log", "--oneline"], capture_output=True, text=True)
+        self.assertEqual(len(log.stdout.strip().splitlines()), 1, log.stdout)
+        status = subprocess.run(["git", "-C", str(self.dest), "status", "--porcelain"], capture_output=True, text=True)
+        self.assertEqual(status.stdout, "")
+
+    def test_instructor_commands_refuse_in_a_student_tree(self):
+        gen = subprocess.run([str(self.dest / "dtl"), "generate", "--check"], capture_output=True, text=True)
+        self.assertNotEqual(gen.returncode, 0)
+        self.assertIn("this is a student repository", gen.stderr)
+        again = subprocess.run([str(self.dest / "dtl"), "export-student", str(self.dest / "x")], capture_output=True,
+                               text=True)
+        self.assertNotEqual(again.returncode, 0)
+        self.assertIn("already a student repository", again.stderr)
+
+    def test_a_solution_that_slips_in_is_found(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            d = Path(tmp)
+            (d / "labs").mkdir()
+            (d / "labs" / "x.cc").write_text("// BEGIN SOLUTION(f)\nint f() { return 1; }\n// END SOLUTION\n")
+            (d / "reference").mkdir()
+            problems = export_student.check_export(d)
+        self.assertTrue(any("reference/" in p for p in problems), problems)
+        self.assertTrue(any("labs/x.cc holds a solution block" in p for p in problems), problems)
+
+    def test_refuses_a_non_empty_or_inner_folder(self):
+        run = subprocess.run([sys.executable, str(ROOT / "grader" / "export_student.py"), str(ROOT / "build" / "x")],
+                             capture_output=True, text=True)
+        self.assertEqual(run.returncode, 2)
+        self.assertIn("inside this repository", run.stderr)
+        with self.assertRaises(SystemExit):
+            export_student.export(self.dest, commit=False)  # exists and is not empty
+
+
+class TestFailUnder(unittest.TestCase):
+    def test_exit_status_follows_the_score(self):
+        run = helpers.grade("--skeleton", "--fail-under", "100", lab="01")
+        self.assertEqual(run.returncode, 1, run.output[-2000:])
+        self.assertRegex(run.output, r"grade: 0 / \d+ is below --fail-under 100%")
+        bad = subprocess.run([sys.executable, str(ROOT / "grader" / "grade.py"), "01", "--fail-under", "150"],
+                             capture_output=True, text=True)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--fail-under 150: a percentage from 0 to 100", bad.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
