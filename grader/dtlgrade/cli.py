@@ -13,7 +13,7 @@ import signal
 import sys
 from pathlib import Path
 
-from . import process, sandbox
+from . import process, progress, sandbox
 from .grading import cleanup, grade_batch, grade_one
 from .lab import ROOT, GraderError, find_lab, load_lab
 from .report import write_results
@@ -63,6 +63,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.fail_under is not None and not 0 <= args.fail_under <= 100:
         parser.error(f"--fail-under {args.fail_under:g}: a percentage from 0 to 100")
+    progress.ENABLED = not args.json  # a machine reads --json's results: no live status line
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     if not args.no_sandbox:

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import imports
+from . import imports, progress
 from .build import build, compiler_errors, foreign_includes
 from .lab import ROOT, GraderError, Lab, binaries_for, read_toml
 from .perf import perf_rows
@@ -118,7 +118,8 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
 
         print("  building ...", flush=True)
         confine(build_box, building=True)
-        made = build(lab, tree, work / "build", targets)
+        with progress.status("building"):
+            made = build(lab, tree, work / "build", targets)
         refusals: list[str] = []
         if made.returncode == 0 and not foreign_includes(lab, tree, work / "build"):
             # What the student's code imports, before any of it runs (imports.py).

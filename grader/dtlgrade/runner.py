@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+from . import progress
 from .lab import Item
 from .process import OUTPUT_FLOOD_BYTES, run_mpi
 
@@ -251,7 +252,8 @@ def run_items(items: list[Item], binaries: dict[str, str], exe_dir: Path, work: 
         # its item anyway, and each further run would cost a full timeout.
         ordered = [n for n in names[kind] if n in tests and (kind, n) not in hung]
         t0 = time.monotonic()
-        by_run[(kind, np)] = run_tests(exe_dir / binaries[kind], np, ordered, tests, work, log, allowance, kind)
+        with progress.status(f"running {kind} at {np} rank(s): {len(ordered)} tests"):
+            by_run[(kind, np)] = run_tests(exe_dir / binaries[kind], np, ordered, tests, work, log, allowance, kind)
         for n, r in by_run[(kind, np)].items():
             if r.status in ("timeout", "flood"):
                 hung.setdefault((kind, n), (np, r.status))
