@@ -10,7 +10,9 @@ What a student repository holds, and what it must not:
            grader/tests/ (the grader's own tests, which grade the references),
            grader/gradescope/ (the instructors' package), grader/skeleton.py (the
            generator, which reads reference/), .ci/ (this project's CI);
-  added    .github/workflows/classroom.yml (GitHub Classroom's autograding
+  added    grader/skeletons/NN_topic/src (a copy of each untouched skeleton, which the
+           grader uses once labs/NN/src holds the student's work),
+           .github/workflows/classroom.yml (GitHub Classroom's autograding
            convention: one command-grader step per lab, then the reporter) and a
            first commit, so the folder can be pushed as the assignment's template.
 
@@ -151,6 +153,12 @@ def export(dest: Path, root: Path = ROOT, commit: bool = True) -> list[str]:
         shutil.copy2(root / rel, target)
         copied.append(rel)
     (dest / "Doxyfile").write_text(student_doxyfile((root / "Doxyfile").read_text()))
+    # The untouched skeletons: labs/NN/src becomes the student's work, and the grader
+    # still needs the skeleton (--skeleton, files a submission lacks or may not keep).
+    for lab_src in sorted((root / "labs").glob("[0-9][0-9]_*/src")):
+        kept = dest / "grader" / "skeletons" / lab_src.parent.name / "src"
+        shutil.copytree(lab_src, kept)
+        copied += [str(p.relative_to(dest)) for p in kept.rglob("*") if p.is_file()]
     wf = dest / ".github" / "workflows" / "classroom.yml"
     wf.parent.mkdir(parents=True, exist_ok=True)
     wf.write_text(workflow(lab_numbers(root)))

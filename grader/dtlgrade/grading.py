@@ -24,7 +24,7 @@ from pathlib import Path
 
 from . import imports, progress
 from .build import build, compiler_errors, foreign_includes
-from .lab import ROOT, GraderError, Lab, binaries_for, read_toml
+from .lab import ROOT, GraderError, Lab, binaries_for, read_toml, skeleton_src
 from .perf import perf_rows
 from .process import confine
 from .report import gradescope_results, print_report, totals, write_results, write_summary
@@ -67,7 +67,7 @@ def revert_to_skeleton(tree: Path, refused: list[tuple[str, imports.Refusal]]) -
             names = [p.name for p in src.iterdir() if p.suffix in (".h", ".cuh")]
         for name in names:
             if (lab_name, name) not in reverted:
-                shutil.copyfile(ROOT / "labs" / lab_name / "src" / name, src / name)
+                shutil.copyfile(skeleton_src(lab_name) / name, src / name)
                 reverted.add((lab_name, name))
     return notes
 

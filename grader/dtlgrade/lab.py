@@ -77,11 +77,19 @@ class Lab:
         return src_names_of(self.name)
 
 
+def skeleton_src(lab_name: str) -> Path:
+    """The untouched skeleton of a lab. In a repository exported to students,
+    labs/NN/src holds the student's work, so the export keeps a copy of the skeleton
+    in grader/skeletons/NN_topic/src (grader/export_student.py) and this returns it."""
+    kept = ROOT / "grader" / "skeletons" / lab_name / "src"
+    return kept if kept.is_dir() else ROOT / "labs" / lab_name / "src"
+
+
 def src_names_of(lab_name: str) -> list[str]:
     """The gradable file names of any lab (see Lab.src_names)."""
     src = ROOT / "reference" / lab_name / "src"
     if not src.is_dir():
-        src = ROOT / "labs" / lab_name / "src"
+        src = skeleton_src(lab_name)
     return sorted(str(p.relative_to(src)) for p in src.rglob("*") if p.is_file())
 
 

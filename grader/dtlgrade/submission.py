@@ -14,7 +14,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from .lab import ROOT, GraderError, Lab, src_names_of
+from .lab import ROOT, GraderError, Lab, skeleton_src, src_names_of
 
 MAX_SOURCE_BYTES = 1 << 20          # a single submitted file larger than this is refused
 
@@ -24,7 +24,7 @@ def submission_sources(lab: Lab, args) -> tuple[Path, str]:
     if args.reference:
         return ROOT / "reference" / lab.name / "src", "the reference solution"
     if args.skeleton:
-        return ROOT / "labs" / lab.name / "src", "the student skeleton"
+        return skeleton_src(lab.name), "the student skeleton"
     if args.submission is None:
         return ROOT / "labs" / lab.name / "src", f"your work in labs/{lab.name}/src"
     sub = Path(args.submission).resolve()
@@ -48,6 +48,10 @@ def copy_pristine_tree(lab: Lab, dest: Path, hidden_dirs: list[Path]) -> None:
             # datasets/: the library only (labs 04-07 link it); not its tests or fetched data.
             skip = shutil.ignore_patterns("__pycache__", "*.pyc", "tests", "data") if folder == "datasets" else ignore
             shutil.copytree(ROOT / folder, dest / folder, ignore=skip)
+    for name in labs:  # files a submission lacks are the skeleton's, even in a student repository
+        if skeleton_src(name) != ROOT / "labs" / name / "src":
+            shutil.rmtree(dest / "labs" / name / "src")
+            shutil.copytree(skeleton_src(name), dest / "labs" / name / "src", ignore=ignore)
     hidden_dest = dest / "grader" / "hidden" / lab.name
     hidden_dest.mkdir(parents=True)
     for i, folder in enumerate(hidden_dirs):

@@ -97,6 +97,26 @@ class TestExport(unittest.TestCase):
             export_student.export(self.dest, commit=False)  # exists and is not empty
 
 
+class TestGradingInTheExport(unittest.TestCase):
+    """In a student repository labs/NN/src is the student's work: --skeleton must still
+    grade the untouched skeleton (kept in grader/skeletons), and plain grading the work."""
+
+    def test_skeleton_and_work_are_told_apart(self):
+        with tempfile.TemporaryDirectory(dir=ROOT.parent) as tmp:  # beside the repository: ccache's base_dir
+            dest = Path(tmp) / "student"
+            export_student.export(dest, commit=False)
+            kept = dest / "grader" / "skeletons" / "01_point_to_point" / "src"
+            self.assertEqual(sorted(p.name for p in kept.iterdir()),
+                             sorted(p.name for p in (ROOT / "labs" / "01_point_to_point" / "src").iterdir()))
+            for f in (ROOT / "reference" / "01_point_to_point" / "src").glob("*.cc"):
+                (dest / "labs" / "01_point_to_point" / "src" / f.name).write_text(f.read_text())
+            grade = [sys.executable, str(dest / "grader" / "grade.py"), "01", "--no-sandbox"]
+            work = subprocess.run(grade, capture_output=True, text=True, timeout=600)
+            skel = subprocess.run(grade + ["--skeleton"], capture_output=True, text=True, timeout=600)
+        self.assertRegex(work.stdout, r"TOTAL\s+(\d+) / \1\b", work.stdout[-2000:] + work.stderr[-2000:])
+        self.assertRegex(skel.stdout, r"TOTAL\s+0 / \d+", skel.stdout[-2000:] + skel.stderr[-2000:])
+
+
 class TestFailUnder(unittest.TestCase):
     def test_exit_status_follows_the_score(self):
         run = helpers.grade("--skeleton", "--fail-under", "100", lab="01")
