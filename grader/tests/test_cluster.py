@@ -82,6 +82,19 @@ class TestSlurmChoice(unittest.TestCase):
         self.assertEqual(calls, "srun --mpi=pmix -n 4 prog --flag")
         self.assertIn("srun --mpi=pmix (Slurm job 4242)", run.stderr)
 
+    def test_mpirun_options_get_their_srun_form(self):
+        run, calls = self.run_in_fake_slurm(True, "-np", "8", "--map-by", "ppr:4:node", "--bind-to", "core",
+                                            "-x", "DTL_TRACE_OUT", "--mca", "pml", "ucx", "--nodes=2",
+                                            "prog", "-x", "--map-by")
+        self.assertEqual(run.returncode, 0, run.stderr)
+        # the program's own arguments stay as they are
+        self.assertEqual(calls, "srun --mpi=pmix -n 8 --ntasks-per-node=4 --cpu-bind=cores --nodes=2 "
+                                "prog -x --map-by")
+        run, calls = self.run_in_fake_slurm(True, "--map-by", "slot", "prog")
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIn("--map-by slot: srun takes ppr:N:node only", run.stderr)
+        self.assertEqual(calls, "")
+
     def test_mpirun_reads_the_allocation_without_pmix(self):
         run, calls = self.run_in_fake_slurm(False, "-n", "4", "prog")
         self.assertEqual(run.returncode, 0, run.stderr)
