@@ -5,6 +5,7 @@ offers PMIx (checked with stand-in srun and mpirun commands that record how they
 were called); and the sbatch scripts parse and benchmark the lab they name."""
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import unittest
@@ -81,6 +82,19 @@ class TestSlurmChoice(unittest.TestCase):
         self.assertEqual(calls, "srun --mpi=pmix -n 4 prog --flag")
         self.assertIn("srun --mpi=pmix (Slurm job 4242)", run.stderr)
 
+    def test_mpirun_options_get_their_srun_form(self):
+        run, calls = self.run_in_fake_slurm(True, "-np", "8", "--map-by", "ppr:4:node", "--bind-to", "core",
+                                            "-x", "DTL_TRACE_OUT", "--mca", "pml", "ucx", "--nodes=2",
+                                            "prog", "-x", "--map-by")
+        self.assertEqual(run.returncode, 0, run.stderr)
+        # the program's own arguments stay as they are
+        self.assertEqual(calls, "srun --mpi=pmix -n 8 --ntasks-per-node=4 --cpu-bind=cores --nodes=2 "
+                                "prog -x --map-by")
+        run, calls = self.run_in_fake_slurm(True, "--map-by", "slot", "prog")
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIn("--map-by slot: srun takes ppr:N:node only", run.stderr)
+        self.assertEqual(calls, "")
+
     def test_mpirun_reads_the_allocation_without_pmix(self):
         run, calls = self.run_in_fake_slurm(False, "-n", "4", "prog")
         self.assertEqual(run.returncode, 0, run.stderr)
@@ -108,9 +122,29 @@ class TestSbatchScripts(unittest.TestCase):
             for option in ("--nodes=", "--ntasks-per-node=", "--time=", "--output="):
                 self.assertRegex(text, rf"(?m)^#SBATCH {re.escape(option)}\S+", f"{script.name} lacks #SBATCH {option}")
             self.assertIn('source "${SLURM_SUBMIT_DIR:-.}/cluster/common.sh"', text, script.name)
-            self.assertRegex(text, rf"(?m)^cluster_bench {script.name[3:5]} \"\$@\"$", script.name)
+            self.assertRegex(text, rf"(?m)^\s*cluster_bench {script.name[3:5]} \"\$@\"( .*)?$", script.name)
         common = subprocess.run(["bash", "-n", str(ROOT / "cluster" / "common.sh")], capture_output=True, text=True)
         self.assertEqual(common.returncode, 0, common.stderr)
+
+    def test_gpu_count_survives_a_node_without_nvidia_smi(self):
+        """The scripts run under `set -euo pipefail`; counting GPUs where there is no
+        nvidia-smi must give 0, not end the job."""
+        with tempfile.TemporaryDirectory() as tmp:
+            tools = Path(tmp)
+            for tool in ("bash", "grep"):  # all gpus_per_node may use; no nvidia-smi
+                (tools / tool).symlink_to(shutil.which(tool))
+            common = (ROOT / "cluster" / "common.sh").read_text()
+            function = re.search(r"(?ms)^gpus_per_node\(\) \{.*?^\}", common).group(0)
+            script = f'set -euo pipefail\n{function}\nn="$(gpus_per_node)"; echo "gpus=$n"\n'
+            run = subprocess.run([str(tools / "bash"), "-c", script], capture_output=True, text=True,
+                                 env={"PATH": f"{tools}:/nonexistent"})
+        self.assertEqual((run.returncode, run.stdout.strip()), (0, "gpus=0"), run.stderr)
+
+    @unittest.skipUnless(shutil.which("shellcheck"), "shellcheck is not installed")
+    def test_shellcheck_clean(self):
+        files = sorted(str(p) for p in (ROOT / "cluster").glob("*.sbatch")) + [str(ROOT / "cluster" / "common.sh")]
+        run = subprocess.run(["shellcheck", "-x", *files], capture_output=True, text=True, cwd=ROOT)
+        self.assertEqual(run.returncode, 0, run.stdout)
 
 
 if __name__ == "__main__":
