@@ -3,6 +3,7 @@ terminal (a pseudo-terminal here), absent on a pipe, in CI and when turned off."
 import io
 import os
 import pty
+import select
 import sys
 import time
 import unittest
@@ -11,6 +12,17 @@ from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dtlgrade import progress  # noqa: E402
+
+
+def read_all(fd: int) -> str:
+    """Everything written to the pseudo-terminal so far (one read may return only part)."""
+    chunks = []
+    while select.select([fd], [], [], 0.5)[0]:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode()
 
 
 class TestStatus(unittest.TestCase):
@@ -23,7 +35,7 @@ class TestStatus(unittest.TestCase):
                 self.assertTrue(progress.wanted(tty))
                 with progress.Status("running test at 3 rank(s): 53 tests", stream=tty, every=0.05):
                     time.sleep(0.2)
-            out = os.read(master, 65536).decode()
+            out = read_all(master)
         finally:
             os.close(master)
             os.close(slave)
