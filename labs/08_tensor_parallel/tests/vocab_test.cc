@@ -36,6 +36,9 @@ TEST(VocabEmbedding, EqualsTheUnsplitEmbedding) {
     nn::Embedding full("wte", vocab, 3, nn::DType::kF64, rng, 0.5);
     lab08::VocabParallelEmbedding layer(full, tp.record);
     EXPECT_EQ(layer.vocab_begin(), r * vocab / T) << what;
+    // A forward of other tokens first: the output buffer is reused, and a row this
+    // rank does not own must be written as zeros, not left as it was.
+    layer.forward(tokens(3, 4, vocab, T, 4));
     const nn::Tensor x = tokens(3, 4, vocab, T, 5);
     const nn::Tensor dy = random_tensor({3, 4, 3}, 6);
     const std::vector<double> y_full = values(full.forward(x));
