@@ -12,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "harness/error.h"
 #include "lab08/tensor_parallel.h"
 
 namespace dtl::lab08 {

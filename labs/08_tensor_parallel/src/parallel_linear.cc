@@ -18,7 +18,6 @@
 #include <string>
 #include <utility>
 
-#include "harness/error.h"
 #include "harness/nn/layer_util.h"
 #include "lab08/tensor_parallel.h"
 

@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "harness/error.h"
 #include "harness/nn/layer_util.h"
 #include "lab08/tensor_parallel.h"
 

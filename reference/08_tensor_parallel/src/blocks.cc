@@ -18,7 +18,6 @@
 #include <utility>
 #include <vector>
 
-#include "harness/error.h"
 #include "harness/nn/layer_util.h"
 #include "lab08/tensor_parallel.h"
 

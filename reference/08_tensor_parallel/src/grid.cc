@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "harness/comm/mpi.h"
-#include "harness/error.h"
 #include "lab08/tensor_parallel.h"
 
 namespace dtl::lab08 {

@@ -388,7 +388,7 @@ class RowParallelLinear : public nn::Layer {
   /// @return the kind.
   std::string kind() const override { return "RowParallelLinear"; }
   /// @brief y (N..., out) = sum over the group of x_r W_r^T, + b (g's forward).
-  /// @param[in] x_r (N..., in/T).
+  /// @param[in] x this rank's slice x_r of the input features, (N..., in/T).
   /// @return y (with sequence parallelism: this rank's rows of it).
   const nn::Tensor& forward(const nn::Tensor& x) override;
   /// @brief Accumulates db and dW_r; returns dx_r = dy W_r.
