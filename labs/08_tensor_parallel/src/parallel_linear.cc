@@ -132,7 +132,6 @@ const nn::Tensor& ColumnParallelLinear::forward(const nn::Tensor& x) {
     throw dtl::NotImplemented("ColumnParallelLinear::forward");
   }
   detail::require_input(x, local_.weight().value.dtype(), in_, name_, "x");
-  require_rows(x, 1, name_, "x");
   Cache& cache = caches_.at(slot_);
   // TODO(student): Sequence parallelism: x holds this rank's rows. All-gather every rank's rows
   //   into cache.gathered (first dimension T times x's; detail::ensure() makes the

@@ -145,7 +145,6 @@ const nn::Tensor& ColumnParallelLinear::forward(const nn::Tensor& x) {
     // END SOLUTION
   }
   detail::require_input(x, local_.weight().value.dtype(), in_, name_, "x");
-  require_rows(x, 1, name_, "x");
   Cache& cache = caches_.at(slot_);
   // BEGIN SOLUTION(ColumnParallelLinear::forward_sp)
   // | Sequence parallelism: x holds this rank's rows. All-gather every rank's rows
