@@ -1,6 +1,7 @@
 /// @file
-/// @brief The transformer's pieces: multi-head causal self-attention, and the
-/// residual blocks a GPT is built from (attention block, MLP block).
+/// @brief The transformer's pieces: multi-head causal self-attention (and its
+/// core without the projections), and the residual blocks a GPT is built from
+/// (attention block, MLP block).
 /// Conventions: see layer.h.
 #pragma once
 
