@@ -5,6 +5,7 @@
 // the communication: N maxima gathered and 2N values reduced, never the logits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,37 @@ TEST(VocabCrossEntropy, LargeLogitsDoNotOverflow) {
   // exp(1000) overflows: only a common shift by the maximum keeps the sums finite.
   const int T = comm().size();
   check_loss(nn::DType::kF64, 5, 3 * T, 1000.0, kTol);
+}
+
+TEST(VocabCrossEntropy, GradientMatchesFiniteDifferences) {
+  // An oracle that shares nothing with the harness's loss: central differences of the
+  // loss itself, one logit of one rank at a time (every rank runs every forward).
+  Group tp(comm());
+  const int T = tp.size(), r = tp.rank();
+  constexpr std::int64_t kRows = 3, kPerRank = 2;
+  const std::int64_t vocab = kPerRank * T;
+  lab08::VocabParallelCrossEntropy loss(tp.mpi, vocab);
+  const nn::Tensor targets = tokens(1, kRows, vocab, T, 23).reshape({kRows});
+  std::vector<double> z = random_values(kRows * kPerRank, 29 + static_cast<std::uint64_t>(r));
+  loss.forward(tensor_of({kRows, kPerRank}, z), targets);
+  const std::vector<double> analytic = values(loss.backward());
+  constexpr double h = 1e-5;
+  for (int owner = 0; owner < T; ++owner) {
+    for (std::size_t j = 0; j < z.size(); ++j) {
+      std::vector<double> plus = z, minus = z;
+      if (r == owner) {
+        plus[j] += h;
+        minus[j] -= h;
+      }
+      const double up = loss.forward(tensor_of({kRows, kPerRank}, plus), targets);
+      const double down = loss.forward(tensor_of({kRows, kPerRank}, minus), targets);
+      if (r == owner) {
+        const double numeric = (up - down) / (2 * h);
+        EXPECT_NEAR(analytic[j], numeric, 1e-6 * std::max(std::fabs(numeric), std::fabs(analytic[j])) + 1e-8)
+            << "rank " << r << ": dL/dlogits[" << j << "] against central differences";
+      }
+    }
+  }
 }
 
 TEST(Errors, VocabularyNotDivisibleIsRefused) {
