@@ -209,6 +209,8 @@ namespace dtl::lab08 {
 //   with sequence parallelism: each allreduce of n bytes becomes an all-gather
 //   and a reduce-scatter of n bytes each (one in forward, one in backward).
 //
+// The counts hold for every T, T = 1 included (a collective over a group of one
+// is a copy): the tests compare the recorded operations with this table exactly.
 // A GPT block therefore costs 2 allreduces of N C forward and 2 backward:
 // 4 N C elements per block per step, whatever T is, on the critical path.
 // With the ring (lab 03) each rank sends 2 (T-1)/T of each; the time is
@@ -314,7 +316,8 @@ struct ParallelOptions {
 /// sequence parallelism). Backward: dW_r, b_r as a Linear's; dx = allreduce over
 /// the group of dy_r W_r (reduce-scatter with sequence parallelism).
 ///
-/// Collective over `tp` in forward and backward: every rank of the group calls them together.
+/// Collective over `tp` in backward (and, with sequence parallelism, in forward):
+/// every rank of the group calls them together.
 class ColumnParallelLinear : public nn::Layer {
  public:
   /// @brief This rank's slice of `full` (same name, so the parameter names match).
@@ -374,7 +377,7 @@ class ColumnParallelLinear : public nn::Layer {
 /// dy W_r, dW_r = dy^T x_r, db = sum of dy: no communication (with sequence
 /// parallelism: dy's rows are all-gathered first, and db covers this rank's rows only).
 ///
-/// Collective over `tp` in forward and backward.
+/// Collective over `tp` in forward (and, with sequence parallelism, in backward).
 class RowParallelLinear : public nn::Layer {
  public:
   /// @brief This rank's slice of `full`: weight columns [r in/T, (r+1) in/T), the whole bias.
