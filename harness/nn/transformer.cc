@@ -102,7 +102,42 @@ void attention_backward(T* dqkv, const T* dout, const T* att, const T* qkv, std:
   }
 }
 
+// The shapes attention_core_forward() and _backward() need, checked once.
+void require_core_shapes(const Tensor& qkv, std::int64_t heads, const Tensor& att, const Tensor& out,
+                         const char* function) {
+  DTL_REQUIRE_ARG(qkv.defined() && qkv.ndim() == 3 && qkv.dim(2) % 3 == 0, function, "qkv",
+                  "must be (B, T, 3C), not " + (qkv.defined() ? to_string(qkv.shape()) : std::string("undefined")));
+  const std::int64_t batch = qkv.dim(0), seq = qkv.dim(1), c = qkv.dim(2) / 3;
+  DTL_REQUIRE_ARG(heads >= 1 && c % heads == 0, function, "heads",
+                  "is " + std::to_string(heads) + "; it must divide C = " + std::to_string(c));
+  DTL_REQUIRE_ARG(att.defined() && att.shape() == Shape({batch, heads, seq, seq}) && att.dtype() == qkv.dtype(),
+                  function, "att", "must be (B, NH, T, T) of qkv's dtype");
+  DTL_REQUIRE_ARG(out.defined() && out.shape() == Shape({batch, seq, c}) && out.dtype() == qkv.dtype(), function,
+                  "out", "must be (B, T, C) of qkv's dtype");
+}
+
 }  // namespace
+
+void attention_core_forward(const Tensor& qkv, std::int64_t heads, const Tensor& att, const Tensor& out) {
+  require_core_shapes(qkv, heads, att, out, "attention_core_forward");
+  dispatch_float(qkv.dtype(), "attention_core_forward", [&](auto zero) {
+    using T = decltype(zero);
+    attention_forward<T>(out.data<T>(), att.data<T>(), qkv.data<T>(), qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3, heads);
+  });
+}
+
+void attention_core_backward(const Tensor& dout, const Tensor& att, const Tensor& qkv, std::int64_t heads,
+                             const Tensor& dqkv) {
+  require_core_shapes(qkv, heads, att, dout, "attention_core_backward");
+  DTL_REQUIRE_ARG(dqkv.defined() && dqkv.shape() == qkv.shape() && dqkv.dtype() == qkv.dtype(),
+                  "attention_core_backward", "dqkv", "must have qkv's shape and dtype");
+  dqkv.zero();  // attention_backward accumulates
+  dispatch_float(qkv.dtype(), "attention_core_backward", [&](auto zero) {
+    using T = decltype(zero);
+    attention_backward<T>(dqkv.data<T>(), dout.data<T>(), att.data<T>(), qkv.data<T>(), qkv.dim(0), qkv.dim(1),
+                          qkv.dim(2) / 3, heads);
+  });
+}
 
 // ---------------------------------------------------------------------------
 // CausalSelfAttention
@@ -151,26 +186,16 @@ const Tensor& CausalSelfAttention::forward(const Tensor& x) {
   cache.qkv = qkv_.forward(x);  // (B, T, 3C)
   ensure(cache.att, {batch, heads_, seq, seq}, x.dtype());
   ensure(cache.out, {batch, seq, channels_}, x.dtype());
-  dispatch_float(x.dtype(), "CausalSelfAttention::forward", [&](auto zero) {
-    using T = decltype(zero);
-    attention_forward<T>(cache.out.data<T>(), cache.att.data<T>(), cache.qkv.data<T>(), batch, seq, channels_,
-                         heads_);
-  });
+  attention_core_forward(cache.qkv, heads_, cache.att, cache.out);
   return proj_.forward(cache.out);  // (B, T, C)
 }
 
 const Tensor& CausalSelfAttention::backward(const Tensor& dy, const GradReadyFn& grad_ready) {
   Cache& cache = caches_.at(slot_);
   DTL_REQUIRE_ARG(cache.qkv.defined(), (name_ + ".backward").c_str(), "dy", "came before any forward in this slot");
-  const std::int64_t batch = cache.qkv.dim(0), seq = cache.qkv.dim(1);
   const Tensor& dout = proj_.backward(dy, grad_ready);  // (B, T, C)
   ensure(cache.dqkv, cache.qkv.shape(), dy.dtype());
-  cache.dqkv.zero();  // attention_backward accumulates
-  dispatch_float(dy.dtype(), "CausalSelfAttention::backward", [&](auto zero) {
-    using T = decltype(zero);
-    attention_backward<T>(cache.dqkv.data<T>(), dout.data<T>(), cache.att.data<T>(), cache.qkv.data<T>(), batch,
-                          seq, channels_, heads_);
-  });
+  attention_core_backward(dout, cache.att, cache.qkv, heads_, cache.dqkv);
   return qkv_.backward(cache.dqkv, grad_ready);  // (B, T, C)
 }
 

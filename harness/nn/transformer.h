@@ -1,6 +1,7 @@
 /// @file
-/// @brief The transformer's pieces: multi-head causal self-attention, and the
-/// residual blocks a GPT is built from (attention block, MLP block).
+/// @brief The transformer's pieces: multi-head causal self-attention (and its
+/// core without the projections), and the residual blocks a GPT is built from
+/// (attention block, MLP block).
 /// Conventions: see layer.h.
 #pragma once
 
@@ -64,6 +65,15 @@ class CausalSelfAttention : public Layer {
   /// @brief Frees the caches of one slot here and in both projections.
   /// @param[in] slot the slot.
   void release_slot(int slot) override;
+  /// @brief The number of heads.
+  /// @return NH.
+  std::int64_t heads() const noexcept { return heads_; }
+  /// @brief The input projection, Linear(C, 3C): rows [q | k | v], each C rows, heads side by side.
+  /// @return the layer (lab 08 shards it by heads).
+  Linear& qkv() noexcept { return qkv_; }
+  /// @brief The output projection, Linear(C, C).
+  /// @return the layer (lab 08 shards it by input features).
+  Linear& proj() noexcept { return proj_; }
 
  private:
   struct Cache {
@@ -73,6 +83,26 @@ class CausalSelfAttention : public Layer {
   Linear qkv_, proj_;
   SlotCaches<Cache> caches_;
 };
+
+/// @brief The attention core without its projections: per head, a causal softmax of
+/// q k^T / sqrt(hs) applied to v. CausalSelfAttention runs it between qkv and proj;
+/// lab 08 runs it on the heads one rank holds.
+/// @param[in] qkv (B, T, 3C'): q, k and v side by side, each (B, T, NH', hs), C' = NH' hs.
+/// @param[in] heads NH', dividing C'.
+/// @param[out] att (B, NH', T, T): the attention weights, zero above the diagonal (kept for backward).
+/// @param[out] out (B, T, C'): the heads' outputs side by side.
+/// @throws dtl::InvalidArgument on mismatched shapes or dtypes (f32 or f64, all the same).
+void attention_core_forward(const Tensor& qkv, std::int64_t heads, const Tensor& att, const Tensor& out);
+
+/// @brief The backward of attention_core_forward(): dqkv = d(out)/d(qkv)^T dout.
+/// @param[in] dout (B, T, C').
+/// @param[in] att the forward's attention weights, (B, NH', T, T).
+/// @param[in] qkv the forward's input, (B, T, 3C').
+/// @param[in] heads NH'.
+/// @param[out] dqkv (B, T, 3C'), overwritten.
+/// @throws dtl::InvalidArgument on mismatched shapes or dtypes.
+void attention_core_backward(const Tensor& dout, const Tensor& att, const Tensor& qkv, std::int64_t heads,
+                             const Tensor& dqkv);
 
 // ---------------------------------------------------------------------------
 // Blocks

@@ -1,0 +1,70 @@
+"""Lab 08 end to end: `grade.py 08 --reference` gives 110 / 110 (100 public points
+and 10 example hidden ones) in 13 items, `--skeleton` gives 0 fast, every item saying
+what is not implemented yet; and a submission whose column-parallel layer forgets
+f's backward allreduce (each rank returns only its own term of dx) loses exactly
+the items built on that layer — the column layer itself, the communication count,
+the MLP and attention blocks, the GPT, the grid and both hidden items — and keeps
+the row-parallel layer, the vocabulary items, sequence parallelism (its own code
+path) and the refusals: 45 / 110."""
+import shutil
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import helpers  # noqa: E402
+
+LAB_DIR = "08_tensor_parallel"
+REFERENCE = helpers.ROOT / "reference" / LAB_DIR / "src"
+
+# Items that need the column-parallel backward's allreduce (grader/rubrics/08.toml).
+LOSES = ("1. ", "3. ", "4. ", "5. ", "8. ", "10. ", "Hidden: ")
+
+
+class TestLab08Reference(helpers.GraderAssertions, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.graded = helpers.grade("--reference", lab="08")
+
+    def test_full_marks(self):
+        self.assertReferenceFullMarks(self.graded, 110, items=13)  # 11 public items + 2 example hidden ones
+
+
+class TestLab08Skeleton(helpers.GraderAssertions, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.graded = helpers.grade("--skeleton", lab="08")
+
+    def test_zero_fast(self):
+        self.assertSkeletonZeroFast(self.graded)
+
+
+class TestLab08ForgottenAllreduce(helpers.GraderAssertions, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        folder = helpers.temp_folder(cls)
+        for path in REFERENCE.glob("*.cc"):
+            shutil.copyfile(path, folder / path.name)
+        target = folder / "parallel_linear.cc"
+        body = ("    // f's backward forgotten: each rank keeps its own term dy_r W_r.\n"
+                "    return local_.backward(dy, grad_ready);\n")
+        target.write_text(helpers.replace_solution(target.read_text(), "ColumnParallelLinear::backward", body))
+        cls.graded = helpers.grade("--submission", str(folder), lab="08")
+
+    def test_only_the_items_on_the_column_layer_fail(self):
+        self.assertEqual(self.graded.returncode, 0, self.graded.output[-3000:])
+        self.assertGradescopeJson(self.graded)
+        tests = self.graded.json["tests"]
+        failing = [t for t in tests if t["name"].startswith(LOSES)]
+        passing = [t for t in tests if t not in failing]
+        self.assertEqual(len(failing), 8, [t["name"] for t in failing])
+        self.assertZero(failing)
+        self.assertFullMarks(passing)
+        self.assertEqual(self.graded.json["score"], 45)
+        column = next(t for t in tests if t["name"].startswith("1. "))
+        # The failure names the rank, the element, expected against got.
+        self.assertRegex(column["output"], r"rank \d+: dx, the sum over every rank's term .*\[\d+\] expected ")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,287 @@
+// Lab 08 benchmark: one training step of a small GPT, tensor-parallel over T = 1,
+// 2, 4 ranks, on real Open MPI shared memory and on EMULATED links (NVLink-class
+// and 10 GbE, harness/comm/emulated_communicator.h); per step: the step time, the
+// time spent in collectives, the link's share of it, how many collectives there
+// were and their bytes (recorded at the Communicator, never computed from the
+// formulas), and the parameter bytes per rank. Then the same arithmetic for a
+// GPT-3-sized block on a GPU node (the alpha-beta model and an assumed GPU speed:
+// a model, not a measurement), which is why tensor parallelism stays inside a
+// node (Note [Why TP stays inside a node]).
+//
+// Rows: <link>/T<T>, link in {mpi, NVLink4, 10GbE}; T = 1 is one process (its
+// collectives are over a group of one). The first T ranks form the group; the
+// others wait (`./dtl bench 08 -n 4` for T = 4: 4 ranks on 2 cores are
+// oversubscribed, so T = 4's compute is slower than it would be on 4 cores).
+// Columns: step (ms) median of the slowest rank; comm (ms) the median per step of
+// the time from issuing each collective to its completion, summed (every layer
+// waits at once, so this is time on the critical path: the link, and waiting for
+// the slowest rank to arrive); link (ms) the alpha-beta model's time of the
+// recorded collectives on the emulated link (its share of comm); ops and MiB per
+// step (sum of OpInfo::total_bytes()); params (KiB) per rank (the memory tracker).
+//
+// Files, in $DTL_TRACE_OUT (./dtl bench sets build/bench-out):
+// lab08_trace_t<T>_<link>.json (T = min(world, 4), 10GbE and NVLink4): one step,
+// a "compute" track with each unit's forward and backward and a "comm" track with
+// every collective; open in https://ui.perfetto.dev.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness/bench/bench.h"
+#include "harness/bench/timeline.h"
+#include "harness/comm/backends.h"
+#include "harness/comm/mpi.h"
+#include "harness/error.h"
+#include "harness/nn/layers.h"
+#include "harness/nn/model.h"
+#include "harness/testing/recording_communicator.h"
+#include "lab08/tensor_parallel.h"
+
+namespace {
+
+namespace nn = dtl::nn;
+namespace lab08 = dtl::lab08;
+using dtl::bench::comm;
+
+// The model: V 128, context 32, C 128, 4 heads, 2 blocks; batch 8 (N = 256 tokens).
+constexpr std::int64_t kVocab = 128, kContext = 32, kChannels = 128, kHeads = 4, kBatch = 8;
+constexpr int kLayers = 2;
+
+std::string backend_of(const std::string& link) { return link == "mpi" ? "mpi-thread" : "emulated:" + link; }
+
+// The first T ranks of the world (the others get MPI_COMM_NULL).
+struct SubComm {
+  MPI_Comm comm = MPI_COMM_NULL;
+  explicit SubComm(int size) {
+    const int rank = dtl::bench::comm().rank();
+    DTL_MPI_CHECK(MPI_Comm_split(dtl::bench::comm(), rank < size ? 0 : MPI_UNDEFINED, rank, &comm));
+  }
+  ~SubComm() {
+    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+  }
+  SubComm(const SubComm&) = delete;
+  SubComm& operator=(const SubComm&) = delete;
+};
+
+/// One tensor-parallel GPT on the first T ranks, its loss and a batch.
+struct TpGpt {
+  SubComm sub;
+  std::unique_ptr<dtl::Communicator> backend;
+  std::unique_ptr<dtl::testing::RecordingCommunicator> record;
+  nn::Model model{nn::DType::kF32};
+  std::unique_ptr<lab08::VocabParallelCrossEntropy> loss;
+  nn::Tensor x, y;
+  std::int64_t param_bytes = 0;
+
+  TpGpt(int T, const std::string& link) : sub(T) {
+    if (sub.comm == MPI_COMM_NULL) return;
+    backend = dtl::make_backend(backend_of(link), sub.comm, {}, "mpi-thread", "mpi-thread, emulated:LINK");
+    record = std::make_unique<dtl::testing::RecordingCommunicator>(*backend);
+    const std::int64_t before = nn::memory_tracker().current(nn::MemoryCategory::kParameters);
+    {
+      nn::Model full = nn::make_gpt(kVocab, kContext, kChannels, kHeads, kLayers, 7);
+      model = lab08::make_tensor_parallel_gpt(full, *record);
+    }  // each rank keeps its slices only
+    param_bytes = nn::memory_tracker().current(nn::MemoryCategory::kParameters) - before;
+    loss = std::make_unique<lab08::VocabParallelCrossEntropy>(*record, kVocab);
+    x = nn::Tensor::zeros({kBatch, kContext}, nn::DType::kI32, nn::MemoryCategory::kOther);
+    y = nn::Tensor::zeros({kBatch, kContext}, nn::DType::kI32, nn::MemoryCategory::kOther);
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      x.span<std::int32_t>()[i] = static_cast<std::int32_t>((i * 7) % kVocab);
+      y.span<std::int32_t>()[i] = static_cast<std::int32_t>((i * 11 + 3) % kVocab);
+    }
+  }
+  bool member() const { return record != nullptr; }
+  void step() {
+    if (!member()) return;
+    record->clear();
+    model.zero_grad();
+    loss->forward(model.forward(x), y);
+    model.backward(loss->backward());
+  }
+  // Seconds from issue to completion of the collectives of the last step, summed.
+  double comm_seconds() const {
+    double s = 0.0;
+    if (member()) {
+      for (const auto& op : record->ops()) s += std::max(0.0, op.end - op.issue);
+    }
+    return s;
+  }
+  // The link's share: the alpha-beta model's seconds for the collectives the last
+  // step issued (as recorded), on an emulated link; 0 on real shared memory.
+  double link_seconds(const std::string& link) const {
+    double s = 0.0;
+    if (member() && link != "mpi") {
+      const dtl::LinkModel model_of_link = dtl::link_by_name(link);
+      for (const auto& op : record->ops()) {
+        s += dtl::model_seconds(model_of_link, op.kind, op.bytes, record->world_size());
+      }
+    }
+    return s;
+  }
+};
+
+// Waits for a nonblocking collective while sleeping between tests: a rank outside
+// the tensor group (T < world) must not spin in MPI and take a core from the ranks
+// that compute (4 ranks share 2 cores here).
+void wait_sleeping(MPI_Request& request) {
+  for (int done = 0; !done;) {
+    DTL_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (!done) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+double world_max(double v) {
+  double out = 0.0;
+  MPI_Request request = MPI_REQUEST_NULL;
+  DTL_MPI_CHECK(MPI_Iallreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm(), &request));
+  wait_sleeping(request);
+  return out;
+}
+
+void barrier() {
+  MPI_Request request = MPI_REQUEST_NULL;
+  DTL_MPI_CHECK(MPI_Ibarrier(comm(), &request));
+  wait_sleeping(request);
+}
+
+void tp_row(benchmark::State& state, int T, const std::string& link) {
+  TpGpt gpt(T, link);
+  gpt.step();  // warm-up
+  std::vector<double> steps, comms;
+  double ops = 0.0, bytes = 0.0, link_s = 0.0;
+  for (auto _ : state) {
+    barrier();
+    const double t0 = dtl::clock_seconds();
+    gpt.step();
+    const double step = world_max(dtl::clock_seconds() - t0);
+    comms.push_back(world_max(gpt.comm_seconds()));
+    steps.push_back(step);
+    state.SetIterationTime(step);
+    link_s = gpt.link_seconds(link);
+    if (gpt.member()) {
+      ops = static_cast<double>(gpt.record->ops().size());
+      bytes = 0.0;
+      for (const auto& op : gpt.record->ops()) bytes += static_cast<double>(op.bytes);
+    }
+  }
+  state.counters["step_ms"] = dtl::bench::median(steps) * 1e3;
+  state.counters["comm_ms"] = dtl::bench::median(comms) * 1e3;
+  state.counters["link_ms"] = world_max(link_s) * 1e3;
+  state.counters["ops"] = world_max(ops);
+  state.counters["mib"] = world_max(bytes) / (1024.0 * 1024.0);
+  state.counters["params"] = world_max(static_cast<double>(gpt.param_bytes)) / 1024.0;
+}
+
+void add(const std::string& name, std::function<void(benchmark::State&)> fn, int iterations) {
+  benchmark::RegisterBenchmark(name.c_str(), std::move(fn))
+      ->Iterations(iterations)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+}
+
+// Note [Why TP stays inside a node], in numbers: a GPT-3-sized block (C = 12288) on
+// 2048 tokens in bf16, T = 8, compute at an assumed 400 TFLOP/s per GPU. A model.
+void print_gpu_model() {
+  if (comm().rank() != 0) return;
+  const double C = 12288, N = 2048, T = 8, flops_per_s = 400e12;
+  const double block_flops = 3 * 2 * 12 * C * C * N;  // forward 2 x (12 C^2) x N, backward twice that
+  const double compute = block_flops / T / flops_per_s;
+  const auto bytes = static_cast<std::size_t>(N * C * 2);  // one bf16 activation (N, C)
+  std::printf("# model (not measured): one GPT-3-sized block (C 12288, 2048 tokens, bf16), T = 8, "
+              "compute %.1f ms per GPU at 400 TFLOP/s; its 4 allreduces of %s each:\n",
+              compute * 1e3, dtl::format_bytes(bytes).c_str());
+  for (const char* name : {"NVLink4", "IB-HDR", "100GbE", "10GbE"}) {
+    const dtl::LinkModel link = dtl::link_by_name(name);
+    const double comm_s = 4 * dtl::model_seconds(link, dtl::CollectiveKind::kAllreduce, bytes, 8);
+    std::printf("#   %-8s %9.2f ms of allreduce per block = %6.2f x the compute\n", name, comm_s * 1e3,
+                comm_s / compute);
+  }
+}
+
+void register_rows() {
+  print_gpu_model();
+  const int world = comm().size();
+  const bool quick = dtl::bench::quick();
+  const int iterations = quick ? 3 : 15;
+  std::vector<int> sizes;
+  for (int T : {1, 2, 4}) {
+    if (T <= world && (!quick || T == 1 || T == std::min(world, 4))) sizes.push_back(T);
+  }
+  if (comm().rank() == 0) {
+    std::printf("# %d ranks; GPT V %lld, context %lld, C %lld, %lld heads, %d blocks, batch %lld (N = %lld tokens); "
+                "T = 4 needs -n 4\n",
+                world, static_cast<long long>(kVocab), static_cast<long long>(kContext),
+                static_cast<long long>(kChannels), static_cast<long long>(kHeads), kLayers,
+                static_cast<long long>(kBatch), static_cast<long long>(kBatch * kContext));
+  }
+  for (const std::string link : {"mpi", "NVLink4", "10GbE"}) {
+    for (int T : sizes) {
+      if (T == 1 && link != "mpi") continue;  // a group of one sends nothing
+      add(link + "/T" + std::to_string(T), [T, link](benchmark::State& s) { tp_row(s, T, link); }, iterations);
+    }
+  }
+}
+
+// One step on emulated links, recorded: compute spans per unit, comm spans per collective.
+void write_traces() {
+  const char* dir = std::getenv("DTL_TRACE_OUT");
+  const std::string folder = dir != nullptr && *dir != '\0' ? dir : ".";
+  const int T = std::min(comm().size(), 4);
+  if (T < 2) return;
+  for (const std::string link : {"10GbE", "NVLink4"}) {
+    TpGpt gpt(T, link);
+    dtl::Timeline timeline(comm().rank(), "tp rank " + std::to_string(comm().rank()));
+    std::vector<double> begin(static_cast<std::size_t>(gpt.model.unit_count()), 0.0);
+    if (gpt.member()) {
+      nn::ModelHooks& hooks = gpt.model.hooks();
+      hooks.pre_forward = [&](int u) { begin[static_cast<std::size_t>(u)] = dtl::clock_seconds(); };
+      hooks.post_forward = [&](int u) {
+        timeline.add("compute", "F " + gpt.model.unit(u).name, begin[static_cast<std::size_t>(u)],
+                     dtl::clock_seconds());
+      };
+      hooks.pre_backward = hooks.pre_forward;
+      hooks.post_backward = [&](int u) {
+        timeline.add("compute", "B " + gpt.model.unit(u).name, begin[static_cast<std::size_t>(u)],
+                     dtl::clock_seconds());
+      };
+    }
+    gpt.step();  // warm-up
+    timeline.clear();
+    barrier();
+    gpt.step();
+    if (gpt.member()) {
+      for (const auto& op : gpt.record->ops()) {
+        timeline.add("comm", dtl::collective_name(op.kind), op.issue, std::max(op.issue, op.end),
+                     {{"bytes", dtl::format_bytes(op.bytes)}});
+      }
+    }
+    const std::string path = folder + "/lab08_trace_t" + std::to_string(T) + "_" + link + ".json";
+    timeline.write_gathered(comm(), path);
+    if (comm().rank() == 0) {
+      std::printf("# one step at T = %d over emulated %s: trace %s\n", T, link.c_str(), path.c_str());
+    }
+  }
+}
+
+const bool registered = [] {
+  dtl::bench::set_columns({{"step_ms", "step (ms)", "%10.2f"},
+                           {"comm_ms", "comm (ms)", "%10.2f"},
+                           {"link_ms", "link (ms)", "%10.3f"},
+                           {"ops", "ops", "%5.0f"},
+                           {"mib", "MiB/step", "%9.2f"},
+                           {"params", "params (KiB)", "%13.0f"}});
+  dtl::bench::at_start(register_rows);
+  dtl::bench::at_finish(write_traces);
+  return true;
+}();
+
+}  // namespace

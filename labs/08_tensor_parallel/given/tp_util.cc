@@ -1,0 +1,103 @@
+// Lab 08, given (not a task; compiled into both builds): how a size is split
+// (and refused), the Communicator's element types, padded sizes, and a GPT made
+// tensor-parallel from your layers and blocks.
+//
+// What this file teaches: a tensor-parallel model is built from the full one.
+// Every rank builds the same full model from the same seed, then keeps its
+// slice of each layer; afterwards the full model can go. So the tensor-parallel
+// model starts from exactly the full model's weights, and every test can
+// compare it with the full model run in one process.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lab08/tensor_parallel.h"
+
+namespace dtl::lab08 {
+
+ShardRange shard_range(std::int64_t size, int parts, int index, const char* function, const char* argument,
+                       const std::string& what) {
+  DTL_REQUIRE_ARG(parts >= 1 && index >= 0 && index < parts, function, argument,
+                  "is split into " + std::to_string(parts) + " parts, and part " + std::to_string(index) +
+                      " does not exist");
+  DTL_REQUIRE_ARG(size >= 1 && size % parts == 0, function, argument,
+                  "has " + std::to_string(size) + " " + what + ", not divisible by the " + std::to_string(parts) +
+                      " tensor-parallel ranks (tensor-parallel rank " + std::to_string(index) + " of " +
+                      std::to_string(parts) + "); pad the model to a multiple of " + std::to_string(parts) +
+                      " (round_up())");
+  const std::int64_t slice = size / parts;
+  return {index * slice, slice};
+}
+
+DType comm_dtype(nn::DType dtype) {
+  if (dtype == nn::DType::kF32) return DType::kF32;
+  if (dtype == nn::DType::kF64) return DType::kF64;
+  throw_invalid_argument("comm_dtype", "dtype", std::string("must be f32 or f64, not ") + nn::to_string(dtype));
+}
+
+std::int64_t round_up(std::int64_t value, std::int64_t multiple) {
+  DTL_REQUIRE_ARG(multiple >= 1, "round_up", "multiple", "must be at least 1, not " + std::to_string(multiple));
+  DTL_REQUIRE_ARG(value >= 0, "round_up", "value", "must be >= 0, not " + std::to_string(value));
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+// A copy of a replicated layer: every rank holds all of it.
+std::unique_ptr<nn::LayerNorm> copy_layer_norm(nn::LayerNorm& full) {
+  const nn::Tensor& w = full.parameters()[0]->value;
+  auto copy = std::make_unique<nn::LayerNorm>(full.name(), w.numel(), w.dtype());
+  for (std::size_t i = 0; i < 2; ++i) copy->parameters()[i]->value.copy_from(full.parameters()[i]->value);
+  return copy;
+}
+
+namespace {
+
+// A layer of the full model, as the type it must be; a clear error otherwise.
+template <typename L>
+L& expect_layer(nn::Layer& layer, const char* what) {
+  auto* typed = dynamic_cast<L*>(&layer);
+  DTL_REQUIRE_ARG(typed != nullptr, "make_tensor_parallel_gpt", "full",
+                  "is not a GPT of nn::make_gpt(): layer '" + layer.name() + "' is a " + layer.kind() +
+                      ", expected " + what);
+  return *typed;
+}
+
+std::unique_ptr<nn::Layer> copy_positions(nn::PositionalEmbedding& full) {
+  const nn::Tensor& w = full.parameters()[0]->value;
+  nn::Rng unused(0);  // the weights are overwritten by the full layer's
+  auto copy = std::make_unique<nn::PositionalEmbedding>(full.name(), w.dim(0), w.dim(1), w.dtype(), unused);
+  copy->parameters()[0]->value.copy_from(w);
+  return copy;
+}
+
+}  // namespace
+
+nn::Model make_tensor_parallel_gpt(nn::Model& full, Communicator& tp) {
+  DTL_REQUIRE_ARG(full.unit_count() >= 3 && full.unit(0).name == "embed" &&
+                      full.unit(full.unit_count() - 1).name == "head",
+                  "make_tensor_parallel_gpt", "full", "is not a GPT of nn::make_gpt() (units embed, block*, head)");
+  nn::Model model(full.dtype());
+  {
+    nn::Unit& embed = full.unit(0);
+    std::vector<std::unique_ptr<nn::Layer>> layers;
+    layers.push_back(std::make_unique<VocabParallelEmbedding>(
+        expect_layer<nn::Embedding>(*embed.layers.at(0), "Embedding"), tp));
+    layers.push_back(copy_positions(expect_layer<nn::PositionalEmbedding>(*embed.layers.at(1), "PositionalEmbedding")));
+    model.add_unit(embed.name, std::move(layers));
+  }
+  for (int u = 1; u + 1 < full.unit_count(); ++u) {
+    nn::Unit& block = full.unit(u);
+    std::vector<std::unique_ptr<nn::Layer>> layers;
+    layers.push_back(make_parallel_attention_block(*block.layers.at(0), tp));
+    layers.push_back(make_parallel_mlp_block(*block.layers.at(1), tp));
+    model.add_unit(block.name, std::move(layers));
+  }
+  nn::Unit& head = full.unit(full.unit_count() - 1);
+  std::vector<std::unique_ptr<nn::Layer>> layers;
+  layers.push_back(copy_layer_norm(expect_layer<nn::LayerNorm>(*head.layers.at(0), "LayerNorm")));
+  layers.push_back(std::make_unique<ColumnParallelLinear>(expect_layer<nn::Linear>(*head.layers.at(1), "Linear"), tp));
+  model.add_unit(head.name, std::move(layers));
+  return model;
+}
+
+}  // namespace dtl::lab08

@@ -1,0 +1,149 @@
+// Lab 08, task B: the Megatron MLP block and attention with its heads split.
+//
+// What this file teaches: a transformer block needs one collective per
+// direction, because its two matrix products come in column/row pairs
+// (See Note [Tensor parallelism]):
+//
+//     MLP:        LayerNorm -> fc (column) -> GELU -> proj (row) -> + x
+//     attention:  LayerNorm -> qkv (column, 3 groups) -> core on NH/T heads -> proj (row) -> + x
+//
+//     forward:   x (whole) --f: nothing--> slices ... slices --g: allreduce--> y (whole)
+//     backward: dx (whole) <--f: allreduce-- slices ... slices <--g: nothing-- dy (whole)
+//
+// Everything between f and g (the GELU, the softmax of each head) works on the
+// rank's own slice: heads do not talk to each other before proj
+// (See Note [Heads split]).
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "harness/nn/layer_util.h"
+#include "lab08/tensor_parallel.h"
+
+namespace dtl::lab08 {
+
+namespace detail = nn::detail;  // ensure(), require_input()
+
+namespace {
+
+// A layer of a full block, as the type it must be; a clear error otherwise.
+template <typename L>
+L& expect(nn::Layer& layer, const char* function, const char* what) {
+  auto* typed = dynamic_cast<L*>(&layer);
+  DTL_REQUIRE_ARG(typed != nullptr, function, "full",
+                  "holds '" + layer.name() + "', a " + layer.kind() + ", where " + what + " was expected");
+  return *typed;
+}
+
+// The Sequential inside a block of nn::make_mlp_block() / make_attention_block(), with `layers` layers.
+nn::Sequential& block_layers(nn::Layer& full, std::size_t layers, const char* function) {
+  nn::Residual& residual = expect<nn::Residual>(full, function, "a Residual block");
+  nn::Sequential& seq = expect<nn::Sequential>(residual.inner(), function, "a Sequential inside the block");
+  DTL_REQUIRE_ARG(seq.layers().size() == layers, function, "full",
+                  "has " + std::to_string(seq.layers().size()) + " layers inside '" + full.name() + "', expected " +
+                      std::to_string(layers));
+  return seq;
+}
+
+// The number of heads on each rank, checked before anything is allocated.
+std::int64_t local_heads(nn::CausalSelfAttention& full, Communicator& tp) {
+  return shard_range(full.heads(), tp.world_size(), tp.rank(), "ParallelSelfAttention", "full", "heads").size;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// ParallelSelfAttention
+// ---------------------------------------------------------------------------
+
+ParallelSelfAttention::ParallelSelfAttention(nn::CausalSelfAttention& full, Communicator& tp,
+                                             bool sequence_parallel)
+    : nn::Layer(full.name()),
+      channels_(full.qkv().weight().value.dim(1)),
+      heads_(full.heads()),
+      local_heads_(local_heads(full, tp)) {
+  // TODO(student): qkv_: a ColumnParallelLinear of full.qkv() with groups = 3 (q, k and v are each
+  //   cut by heads; See Note [Splitting a fused projection]); proj_: a
+  //   RowParallelLinear of full.proj(). Both with the sequence_parallel flag.
+  throw dtl::NotImplemented("ParallelSelfAttention");
+}
+
+std::vector<nn::Parameter*> ParallelSelfAttention::parameters() {
+  std::vector<nn::Parameter*> all = qkv_->parameters();
+  for (nn::Parameter* p : proj_->parameters()) all.push_back(p);
+  return all;
+}
+
+nn::Shape ParallelSelfAttention::output_shape(const nn::Shape& input) const {
+  DTL_REQUIRE_ARG(input.size() == 3 && input[2] == channels_, (name_ + ".output_shape").c_str(), "input",
+                  "is " + nn::to_string(input) + ", expected (B, T, " + std::to_string(channels_) + ")");
+  return input;
+}
+
+void ParallelSelfAttention::set_slot(int slot) {
+  nn::Layer::set_slot(slot);
+  qkv_->set_slot(slot);
+  proj_->set_slot(slot);
+}
+
+void ParallelSelfAttention::release_slot(int slot) {
+  caches_.release(slot);
+  qkv_->release_slot(slot);
+  proj_->release_slot(slot);
+}
+
+const nn::Tensor& ParallelSelfAttention::forward(const nn::Tensor& x) {
+  detail::require_input(x, qkv_->local().weight().value.dtype(), channels_, name_, "x");
+  output_shape(x.shape());  // checks (B, T, C)
+  Cache& cache = caches_.at(slot_);
+  // TODO(student): cache.qkv = qkv_->forward(x), (B, T, 3C/T) for this rank's heads. Make
+  //   cache.att (B, NH/T, T, T) and cache.out (B, T, C/T) with detail::ensure(), run
+  //   nn::attention_core_forward() on local_heads_ heads, then proj_->forward(out).
+  throw dtl::NotImplemented("ParallelSelfAttention::forward");
+}
+
+const nn::Tensor& ParallelSelfAttention::backward(const nn::Tensor& dy, const nn::GradReadyFn& grad_ready) {
+  Cache& cache = caches_.at(slot_);
+  DTL_REQUIRE_ARG(cache.qkv.defined(), (name_ + ".backward").c_str(), "dy", "came before any forward in this slot");
+  // TODO(student): The reverse: dout = proj_->backward(dy); cache.dqkv (the shape of cache.qkv)
+  //   from nn::attention_core_backward(); then qkv_->backward(dqkv), which returns
+  //   the whole dx (its allreduce is f's backward).
+  throw dtl::NotImplemented("ParallelSelfAttention::backward");
+}
+
+// ---------------------------------------------------------------------------
+// Blocks
+// ---------------------------------------------------------------------------
+
+std::unique_ptr<nn::Layer> make_parallel_mlp_block(nn::Layer& full, Communicator& tp, bool sequence_parallel) {
+  const char* function = "make_parallel_mlp_block";
+  nn::Sequential& seq = block_layers(full, 4, function);
+  nn::LayerNorm& ln = expect<nn::LayerNorm>(*seq.layers()[0], function, "a LayerNorm");
+  nn::Linear& fc = expect<nn::Linear>(*seq.layers()[1], function, "a Linear (fc)");
+  nn::Layer& act = *seq.layers()[2];
+  DTL_REQUIRE_ARG(act.kind() == "GELU" || act.kind() == "ReLU", function, "full",
+                  "holds '" + act.name() + "', a " + act.kind() + ", where GELU or ReLU was expected");
+  nn::Linear& proj = expect<nn::Linear>(*seq.layers()[3], function, "a Linear (proj)");
+  std::vector<std::unique_ptr<nn::Layer>> layers;
+  // TODO(student): Four layers, in order: copy_layer_norm(ln) (replicated), fc as a
+  //   ColumnParallelLinear, a new activation of act's kind and name (nn::GELU or
+  //   nn::ReLU: elementwise, on the slices), proj as a RowParallelLinear; both
+  //   parallel layers with options.sequence_parallel. Then wrap them as the full
+  //   block is: a Residual named full.name() around a Sequential named seq.name().
+  throw dtl::NotImplemented("make_parallel_mlp_block");
+}
+
+std::unique_ptr<nn::Layer> make_parallel_attention_block(nn::Layer& full, Communicator& tp,
+                                                         bool sequence_parallel) {
+  const char* function = "make_parallel_attention_block";
+  nn::Sequential& seq = block_layers(full, 2, function);
+  nn::LayerNorm& ln = expect<nn::LayerNorm>(*seq.layers()[0], function, "a LayerNorm");
+  nn::CausalSelfAttention& attn = expect<nn::CausalSelfAttention>(*seq.layers()[1], function, "a CausalSelfAttention");
+  std::vector<std::unique_ptr<nn::Layer>> layers;
+  // TODO(student): copy_layer_norm(ln), then a ParallelSelfAttention of attn; the same Residual
+  //   and Sequential names as the full block.
+  throw dtl::NotImplemented("make_parallel_attention_block");
+}
+
+}  // namespace dtl::lab08

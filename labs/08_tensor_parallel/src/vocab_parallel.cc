@@ -1,0 +1,130 @@
+// Lab 08, task C: the vocabulary-parallel embedding and cross-entropy.
+//
+// What this file teaches: the two ends of a language model are split by
+// vocabulary, and the loss is computed without ever forming the full logits
+// (See Note [Vocabulary parallel]). Rank r owns tokens [r V/T, (r+1) V/T):
+//
+//     embedding   y = allreduce_r( W_r[token] if token is mine else 0 )     forward: N C values
+//     loss        M = max_r max z_r      (all-gather of N maxima)           forward: T N values
+//                 S = sum_r sum exp(z_r - M), z_t = the owner's z[target]   forward: one allreduce of 2N
+//     backward    local on every rank: no communication at all
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "harness/nn/layer_util.h"
+#include "lab08/tensor_parallel.h"
+
+namespace dtl::lab08 {
+
+namespace detail = nn::detail;  // ensure(), notify(), require_grad(), dispatch_float()
+
+// ---------------------------------------------------------------------------
+// VocabParallelEmbedding
+// ---------------------------------------------------------------------------
+
+VocabParallelEmbedding::VocabParallelEmbedding(nn::Embedding& full, Communicator& tp)
+    : nn::Layer(full.name()),
+      tp_(tp),
+      vocab_(full.parameters()[0]->value.dim(0)),
+      channels_(full.parameters()[0]->value.dim(1)) {
+  const ShardRange mine = shard_range(vocab_, tp.world_size(), tp.rank(), "VocabParallelEmbedding", "full",
+                                      "tokens in its vocabulary");
+  vocab_begin_ = mine.begin;
+  vocab_local_ = mine.size;
+  weight_ = detail::make_parameter(name_ + ".weight", {vocab_local_, channels_}, full.parameters()[0]->value.dtype());
+  // TODO(student): Copy rows [vocab_begin_, vocab_begin_ + vocab_local_) of the full table (V, C)
+  //   into weight_.value (V/T, C).
+  throw dtl::NotImplemented("VocabParallelEmbedding");
+}
+
+nn::Shape VocabParallelEmbedding::output_shape(const nn::Shape& input) const {
+  DTL_REQUIRE_ARG(input.size() == 2, (name_ + ".output_shape").c_str(), "input",
+                  "is " + nn::to_string(input) + ", expected (B, T)");
+  return {input[0], input[1], channels_};
+}
+
+const nn::Tensor& VocabParallelEmbedding::forward(const nn::Tensor& x) {
+  DTL_REQUIRE_ARG(x.defined() && x.dtype() == nn::DType::kI32 && x.ndim() == 2, (name_ + ".forward").c_str(), "x",
+                  "must be (B, T) of i32 token ids");
+  const std::int32_t* tokens = x.data<std::int32_t>();
+  for (std::int64_t i = 0; i < x.numel(); ++i) {
+    DTL_REQUIRE_ARG(tokens[i] >= 0 && tokens[i] < vocab_, (name_ + ".forward").c_str(), "x",
+                    "holds token " + std::to_string(tokens[i]) + " at index " + std::to_string(i) + ", outside [0, " +
+                        std::to_string(vocab_) + ")");
+  }
+  Cache& cache = caches_.at(slot_);
+  cache.x = x;
+  detail::ensure(cache.y, output_shape(x.shape()), weight_.value.dtype());
+  // TODO(student): Row i of y (B T rows of C): the row (token - vocab_begin_) of weight_ when the
+  //   token is this rank's, zeros otherwise (detail::ensure() does not zero a reused
+  //   buffer). Then allreduce (kSum) y: exactly one rank wrote each row.
+  throw dtl::NotImplemented("VocabParallelEmbedding::forward");
+}
+
+const nn::Tensor& VocabParallelEmbedding::backward(const nn::Tensor& dy, const nn::GradReadyFn& grad_ready) {
+  static const nn::Tensor kNoGradient;
+  Cache& cache = caches_.at(slot_);
+  detail::require_grad(dy, cache.y, name_);
+  // TODO(student): Every rank has the whole dy (the allreduce's backward is the identity). Add
+  //   dy's row i into row (token - vocab_begin_) of weight_.grad for this rank's
+  //   tokens only; announce the weight (detail::notify()); return kNoGradient.
+  throw dtl::NotImplemented("VocabParallelEmbedding::backward");
+}
+
+// ---------------------------------------------------------------------------
+// VocabParallelCrossEntropy
+// ---------------------------------------------------------------------------
+
+VocabParallelCrossEntropy::VocabParallelCrossEntropy(Communicator& tp, std::int64_t vocab) : tp_(tp), vocab_(vocab) {
+  const ShardRange mine =
+      shard_range(vocab, tp.world_size(), tp.rank(), "VocabParallelCrossEntropy", "vocab", "tokens");
+  vocab_begin_ = mine.begin;
+  vocab_local_ = mine.size;
+}
+
+double VocabParallelCrossEntropy::forward(const nn::Tensor& logits, const nn::Tensor& targets) {
+  const char* function = "VocabParallelCrossEntropy::forward";
+  DTL_REQUIRE_ARG(logits.defined() && logits.ndim() >= 1 && logits.dim(-1) == vocab_local_, function, "logits",
+                  "must be this rank's (N..., " + std::to_string(vocab_local_) + ") of a vocabulary of " +
+                      std::to_string(vocab_) + " over " + std::to_string(tp_.world_size()) + " ranks, not " +
+                      (logits.defined() ? nn::to_string(logits.shape()) : std::string("undefined")));
+  nn::Shape rows_shape = logits.shape();
+  rows_shape.pop_back();
+  DTL_REQUIRE_ARG(targets.defined() && targets.dtype() == nn::DType::kI32 && targets.shape() == rows_shape, function,
+                  "targets", "must be i32 of shape " + nn::to_string(rows_shape));
+  const std::int64_t n = targets.numel();
+  const std::int32_t* y = targets.data<std::int32_t>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    DTL_REQUIRE_ARG(y[i] >= 0 && y[i] < vocab_, function, "targets",
+                    "holds " + std::to_string(y[i]) + " at index " + std::to_string(i) + ", outside [0, " +
+                        std::to_string(vocab_) + ")");
+  }
+  targets_ = targets;
+  detail::ensure(probs_, logits.shape(), logits.dtype());
+  const std::size_t rows = static_cast<std::size_t>(n);
+  double loss = 0.0;
+  // TODO(student): Per row, in double: this rank's max; all-gather the N maxima of every rank
+  //   (T N values, DType::kF64) and take the max over ranks, M. Then one buffer of
+  //   2N doubles: [sum of exp(z - M) over this rank's columns | the target's logit
+  //   z[target - vocab_begin_] if this rank owns the target, else 0]; allreduce it
+  //   (kSum). loss = mean over rows of log S + M - z_t. Keep probs_ = exp(z - M) / S
+  //   (this rank's columns) for backward.
+  throw dtl::NotImplemented("VocabParallelCrossEntropy::forward");
+  return n > 0 ? loss / static_cast<double>(n) : 0.0;
+}
+
+const nn::Tensor& VocabParallelCrossEntropy::backward(double scale) {
+  DTL_REQUIRE_ARG(probs_.defined() && targets_.defined(), "VocabParallelCrossEntropy::backward", "this",
+                  "has no forward to go back through");
+  detail::ensure(dlogits_, probs_.shape(), probs_.dtype());
+  // TODO(student): dlogits_ = scale (probs_ - onehot) / N on this rank's columns: the onehot is 1
+  //   only at column target - vocab_begin_, on the rank that owns the target. No
+  //   communication.
+  throw dtl::NotImplemented("VocabParallelCrossEntropy::backward");
+  return dlogits_;
+}
+
+}  // namespace dtl::lab08

@@ -1,0 +1,113 @@
+// The GPT of lab 08's tests: nn::make_gpt() on the character corpus, trained a
+// few SGD steps in one process (the oracle, inside every rank) and tensor-parallel
+// (make_tensor_parallel_gpt() over your layers), optionally data parallel across
+// replicas. f32, like training: |got - want| <= 2e-5 + 1e-4 |want| (the
+// tensor-parallel model adds partial sums in another order).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "datasets/datasets.h"
+#include "harness/nn/optim.h"
+#include "labs/08_tensor_parallel/tests/tp_test_util.h"
+
+namespace lab08_test {
+
+inline constexpr std::int64_t kContext = 8;
+
+inline const dtl::data::CharCorpus& corpus() {
+  static const dtl::data::CharCorpus c = dtl::data::encode_chars(dtl::data::make_char_corpus(20000, 7));
+  return c;
+}
+
+/// A GPT small enough for a test, splittable T ways: 2 heads per rank of 4 channels
+/// each, the vocabulary padded up to a multiple of `vocab_multiple` (the padded tokens
+/// never occur; See Note [Vocabulary parallel]).
+struct GptShape {
+  std::int64_t vocab = 0, channels = 0, heads = 0;
+  int layers = 2;
+};
+inline GptShape gpt_shape(int T, std::int64_t vocab_multiple) {
+  const auto v = static_cast<std::int64_t>(corpus().vocab.size());
+  GptShape s;
+  s.vocab = (v + vocab_multiple - 1) / vocab_multiple * vocab_multiple;
+  s.heads = 2 * T;
+  s.channels = 4 * s.heads;
+  return s;
+}
+inline nn::Model make_model(const GptShape& s, std::uint64_t seed) {
+  return nn::make_gpt(s.vocab, kContext, s.channels, s.heads, s.layers, seed);
+}
+
+struct Batch {
+  nn::Tensor x, y;
+};
+/// Rows [begin, end) of step `step`'s batch of `global` windows.
+inline Batch make_batch(int step, std::int64_t global, std::int64_t begin, std::int64_t end) {
+  Batch b{nn::Tensor::zeros({end - begin, kContext}, nn::DType::kI32, nn::MemoryCategory::kOther),
+          nn::Tensor::zeros({end - begin, kContext}, nn::DType::kI32, nn::MemoryCategory::kOther)};
+  dtl::data::copy_windows(corpus(), step * global + begin, kContext, b.x.span<std::int32_t>(),
+                          b.y.span<std::int32_t>());
+  return b;
+}
+
+// SGD with momentum: its step is proportional to the gradient, so a gradient off
+// by a factor (a sum where an average belongs, a missing term) shows.
+inline const nn::SgdOptions kSgd{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.0f};
+
+struct Trained {
+  nn::Model model;
+  std::vector<double> losses;
+};
+
+/// The oracle: one process, the whole model, the whole batch.
+inline Trained train_oracle(const GptShape& s, std::uint64_t seed, int steps, std::int64_t global) {
+  Trained t{make_model(s, seed), {}};
+  const std::vector<nn::Parameter*> params = t.model.parameters();
+  const nn::Tensor values = nn::flatten_values(params);
+  const nn::Tensor grads = nn::flatten_grads(params);
+  nn::Sgd sgd(kSgd, values.numel());
+  nn::SoftmaxCrossEntropy ce;
+  for (int step = 0; step < steps; ++step) {
+    const Batch b = make_batch(step, global, 0, global);
+    t.model.zero_grad();
+    t.losses.push_back(ce.forward(t.model.forward(b.x), b.y));
+    t.model.backward(ce.backward());
+    sgd.step(values.span<float>(), grads.span<float>());
+  }
+  return t;
+}
+
+/// Tensor-parallel over `tp`; with `data`, replica `replica` of `replicas` trains on its
+/// 1/D of the rows and the gradients are averaged over `data` before each step.
+/// The loss returned is the replica's own (the mean over its rows).
+inline Trained train_parallel(dtl::Communicator& tp, const GptShape& s, std::uint64_t seed, int steps,
+                              std::int64_t global, dtl::Communicator* data = nullptr, int replica = 0,
+                              int replicas = 1) {
+  nn::Model model(nn::DType::kF32);
+  {
+    nn::Model full = make_model(s, seed);
+    model = lab08::make_tensor_parallel_gpt(full, tp);
+  }  // the full model is gone: each rank keeps its slices only
+  Trained t{std::move(model), {}};
+  const nn::Tensor values = t.model.flatten_values();
+  const nn::Tensor grads = t.model.flatten_grads();
+  nn::Sgd sgd(kSgd, values.numel());
+  lab08::VocabParallelCrossEntropy ce(tp, s.vocab);
+  const std::int64_t rows = global / replicas;
+  for (int step = 0; step < steps; ++step) {
+    const Batch b = make_batch(step, global, replica * rows, (replica + 1) * rows);
+    t.model.zero_grad();
+    t.losses.push_back(ce.forward(t.model.forward(b.x), b.y));
+    t.model.backward(ce.backward());
+    if (data != nullptr) lab08::allreduce_data_parallel_gradients(*data, t.model);
+    sgd.step(values.span<float>(), grads.span<float>());
+  }
+  return t;
+}
+
+inline constexpr double kF32Tol = 1e-4;  // with close_to(): 1e-4 (1 + |want|)
+
+}  // namespace lab08_test

@@ -1,0 +1,306 @@
+// Lab 08, tasks A and D: the column- and row-parallel Linear layers.
+//
+// What this file teaches: where the communication of tensor parallelism goes.
+// Each layer keeps its slice of the full weight in an nn::Linear of its own
+// (the GEMMs are the harness's) and adds exactly one collective in exactly one
+// direction: See Note [f and g] in lab08/tensor_parallel.h.
+//
+//                         forward                 backward
+//     ColumnParallel      -                       allreduce dx       (f)
+//     RowParallel         allreduce y             -                  (g)
+//     ... with sequence parallelism (See Note [Sequence parallelism]):
+//     ColumnParallel      all-gather x's rows     reduce-scatter dx
+//     RowParallel         reduce-scatter y        all-gather dy's rows
+//
+// Rows are the first dimension and tensors are contiguous, so "the rows of every
+// rank, in rank order" is exactly the Communicator's allgather (block r = rank
+// r's buffer) and "this rank's rows of the sum" its reduce_scatter.
+#include <string>
+#include <utility>
+
+#include "harness/nn/layer_util.h"
+#include "lab08/tensor_parallel.h"
+
+namespace dtl::lab08 {
+
+namespace detail = nn::detail;  // ensure(), notify(), require_grad(), dispatch_float()
+
+namespace {
+
+// The weights of the local layers are copied from the full layer right after
+// construction; this generator only feeds the harness's initialization.
+nn::Rng& unused_rng() {
+  static thread_local nn::Rng rng(0);
+  return rng;
+}
+
+// Output features of a column-parallel slice, checked before anything is allocated.
+std::int64_t column_local_out(nn::Linear& full, Communicator& tp, const ParallelOptions& options) {
+  DTL_REQUIRE_ARG(options.groups >= 1, "ColumnParallelLinear", "options",
+                  "has groups = " + std::to_string(options.groups) + "; it must be at least 1");
+  const std::int64_t out = full.weight().value.dim(0);
+  DTL_REQUIRE_ARG(out % options.groups == 0, "ColumnParallelLinear", "full",
+                  "has " + std::to_string(out) + " output features, not divisible into " +
+                      std::to_string(options.groups) + " groups");
+  const ShardRange mine = shard_range(out / options.groups, tp.world_size(), tp.rank(), "ColumnParallelLinear",
+                                      "full", "output features per group (of " + std::to_string(options.groups) + ")");
+  return mine.size * options.groups;
+}
+
+// Input features of a row-parallel slice, checked before anything is allocated.
+std::int64_t row_local_in(nn::Linear& full, Communicator& tp, const ParallelOptions& options) {
+  DTL_REQUIRE_ARG(options.groups == 1, "RowParallelLinear", "options",
+                  "has groups = " + std::to_string(options.groups) + "; a row-parallel layer takes 1");
+  return shard_range(full.weight().value.dim(1), tp.world_size(), tp.rank(), "RowParallelLinear", "full",
+                     "input features")
+      .size;
+}
+
+// With sequence parallelism, dimension 0 is split across the group: it must divide.
+void require_rows(const nn::Tensor& t, std::int64_t rows_multiple, const std::string& layer, const char* argument) {
+  DTL_REQUIRE_ARG(t.defined() && t.ndim() >= 1 && t.dim(0) % rows_multiple == 0, (layer + ".forward").c_str(),
+                  argument,
+                  "has shape " + (t.defined() ? nn::to_string(t.shape()) : std::string("(undefined)")) +
+                      "; with sequence parallelism its first dimension must be a multiple of the " +
+                      std::to_string(rows_multiple) + " tensor-parallel ranks");
+}
+
+// y (N, out) += b (out), row by row.
+[[maybe_unused]] void add_bias(const nn::Tensor& y, const nn::Tensor& b) {
+  detail::dispatch_float(y.dtype(), "RowParallelLinear::forward", [&](auto zero) {
+    using T = decltype(zero);
+    const std::int64_t out = b.numel();
+    T* p = y.data<T>();
+    const T* q = b.data<T>();
+    for (std::int64_t i = 0; i < y.numel(); ++i) p[i] += q[i % out];
+  });
+}
+
+// db (out) += sum over rows of dy (N, out).
+[[maybe_unused]] void add_bias_grad(const nn::Tensor& db, const nn::Tensor& dy) {
+  detail::dispatch_float(dy.dtype(), "RowParallelLinear::backward", [&](auto zero) {
+    using T = decltype(zero);
+    const std::int64_t out = db.numel();
+    T* g = db.data<T>();
+    const T* d = dy.data<T>();
+    for (std::int64_t i = 0; i < dy.numel(); ++i) g[i % out] += d[i];
+  });
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// ColumnParallelLinear
+// ---------------------------------------------------------------------------
+
+ColumnParallelLinear::ColumnParallelLinear(nn::Linear& full, Communicator& tp, ParallelOptions options)
+    : nn::Layer(full.name()),
+      tp_(tp),
+      options_(options),
+      in_(full.weight().value.dim(1)),
+      out_(full.weight().value.dim(0)),
+      local_(full.name(), in_, column_local_out(full, tp, options), full.weight().value.dtype(), unused_rng(), 0.0,
+             full.bias().value.defined()) {
+  // BEGIN SOLUTION(ColumnParallelLinear)
+  // | Copy this rank's rows of the full weight (out, in) into local_.weight() (out/T, in),
+  // | and the same entries of the bias. With g = options_.groups the out rows are g
+  // | blocks of out/g; take piece tp_.rank() (of out/(g T) rows) of each block, in
+  // | block order (See Note [Splitting a fused projection]). Tensor::view(offset,
+  // | shape) and copy_from() copy a run of rows.
+  const std::int64_t per_group = out_ / options_.groups;
+  const std::int64_t slice = per_group / tp_.world_size();
+  for (int g = 0; g < options_.groups; ++g) {
+    const std::int64_t from = g * per_group + tp_.rank() * slice;  // first row in the full layer
+    const std::int64_t to = g * slice;                             // first row here
+    local_.weight().value.view(to * in_, {slice, in_}).copy_from(full.weight().value.view(from * in_, {slice, in_}));
+    if (full.bias().value.defined()) {
+      local_.bias().value.view(to, {slice}).copy_from(full.bias().value.view(from, {slice}));
+    }
+  }
+  // END SOLUTION
+}
+
+nn::Shape ColumnParallelLinear::output_shape(const nn::Shape& input) const {
+  nn::Shape out = local_.output_shape(input);
+  if (options_.sequence_parallel && !out.empty()) out[0] *= tp_.world_size();
+  return out;
+}
+
+void ColumnParallelLinear::set_slot(int slot) {
+  nn::Layer::set_slot(slot);
+  local_.set_slot(slot);
+}
+
+void ColumnParallelLinear::release_slot(int slot) {
+  caches_.release(slot);
+  local_.release_slot(slot);
+}
+
+const nn::Tensor& ColumnParallelLinear::forward(const nn::Tensor& x) {
+  if (!options_.sequence_parallel) {
+    // BEGIN SOLUTION(ColumnParallelLinear::forward)
+    // | f's forward is the identity: every rank has the whole x and multiplies it by
+    // | its own rows. No communication.
+    return local_.forward(x);
+    // END SOLUTION
+  }
+  detail::require_input(x, local_.weight().value.dtype(), in_, name_, "x");
+  Cache& cache = caches_.at(slot_);
+  // BEGIN SOLUTION(ColumnParallelLinear::forward_sp)
+  // | Sequence parallelism: x holds this rank's rows. All-gather every rank's rows
+  // | into cache.gathered (first dimension T times x's; detail::ensure() makes the
+  // | buffer), then the local layer's forward on all of them.
+  nn::Shape all = x.shape();
+  all[0] *= tp_.world_size();
+  detail::ensure(cache.gathered, all, x.dtype());
+  tp_.allgather(x.raw(), cache.gathered.raw(), static_cast<std::size_t>(x.numel()), comm_dtype(x.dtype())).wait();
+  return local_.forward(cache.gathered);
+  // END SOLUTION
+}
+
+const nn::Tensor& ColumnParallelLinear::backward(const nn::Tensor& dy, const nn::GradReadyFn& grad_ready) {
+  if (!options_.sequence_parallel) {
+    // BEGIN SOLUTION(ColumnParallelLinear::backward)
+    // | f's backward: the local layer gives dW_r, db_r and this rank's term dy_r W_r
+    // | of dx; dx is the sum of every rank's term: an allreduce (ReduceOp::kSum), in
+    // | place in the local layer's dx, waited for before returning.
+    const nn::Tensor& dx = local_.backward(dy, grad_ready);
+    tp_.allreduce(dx.raw(), static_cast<std::size_t>(dx.numel()), comm_dtype(dx.dtype()), ReduceOp::kSum).wait();
+    return dx;
+    // END SOLUTION
+  }
+  Cache& cache = caches_.at(slot_);
+  // BEGIN SOLUTION(ColumnParallelLinear::backward_sp)
+  // | Sequence parallelism: the local backward gives this rank's term of dx for
+  // | every rank's rows; a reduce-scatter sums the terms and hands each rank its
+  // | own rows (into cache.dx, first dimension 1/T of the local dx's).
+  const nn::Tensor& dx_all = local_.backward(dy, grad_ready);
+  nn::Shape mine = dx_all.shape();
+  mine[0] /= tp_.world_size();
+  detail::ensure(cache.dx, mine, dx_all.dtype());
+  tp_.reduce_scatter(dx_all.raw(), cache.dx.raw(), static_cast<std::size_t>(cache.dx.numel()),
+                     comm_dtype(dx_all.dtype()), ReduceOp::kSum)
+      .wait();
+  return cache.dx;
+  // END SOLUTION
+}
+
+// ---------------------------------------------------------------------------
+// RowParallelLinear
+// ---------------------------------------------------------------------------
+
+RowParallelLinear::RowParallelLinear(nn::Linear& full, Communicator& tp, ParallelOptions options)
+    : nn::Layer(full.name()),
+      tp_(tp),
+      options_(options),
+      in_(full.weight().value.dim(1)),
+      out_(full.weight().value.dim(0)),
+      has_bias_(full.bias().value.defined()),
+      local_(full.name(), row_local_in(full, tp, options), out_, full.weight().value.dtype(), unused_rng(), 0.0,
+             /*bias=*/false) {
+  if (has_bias_) bias_ = detail::make_parameter(name_ + ".bias", {out_}, full.bias().value.dtype());
+  // BEGIN SOLUTION(RowParallelLinear)
+  // | Copy this rank's columns of the full weight: for every output row o, columns
+  // | [r in/T, (r+1) in/T) of full row o go to row o of local_.weight() (out, in/T).
+  // | The bias is not split: copy all of it into bias_ (it is added once, after the sum).
+  const std::int64_t slice = in_ / tp_.world_size();
+  const std::int64_t begin = tp_.rank() * slice;
+  for (std::int64_t o = 0; o < out_; ++o) {
+    local_.weight().value.view(o * slice, {slice}).copy_from(full.weight().value.view(o * in_ + begin, {slice}));
+  }
+  if (has_bias_) bias_.value.copy_from(full.bias().value);
+  // END SOLUTION
+}
+
+std::vector<nn::Parameter*> RowParallelLinear::parameters() {
+  std::vector<nn::Parameter*> all = local_.parameters();
+  if (has_bias_) all.push_back(&bias_);
+  return all;
+}
+
+nn::Shape RowParallelLinear::output_shape(const nn::Shape& input) const {
+  nn::Shape out = local_.output_shape(input);
+  if (options_.sequence_parallel) {
+    DTL_REQUIRE_ARG(out[0] % tp_.world_size() == 0, (name_ + ".output_shape").c_str(), "input",
+                    "has " + std::to_string(out[0]) + " rows, not divisible by the " +
+                        std::to_string(tp_.world_size()) + " tensor-parallel ranks");
+    out[0] /= tp_.world_size();
+  }
+  return out;
+}
+
+void RowParallelLinear::set_slot(int slot) {
+  nn::Layer::set_slot(slot);
+  local_.set_slot(slot);
+}
+
+void RowParallelLinear::release_slot(int slot) {
+  caches_.release(slot);
+  local_.release_slot(slot);
+}
+
+const nn::Tensor& RowParallelLinear::forward(const nn::Tensor& x) {
+  Cache& cache = caches_.at(slot_);
+  if (!options_.sequence_parallel) {
+    // BEGIN SOLUTION(RowParallelLinear::forward)
+    // | g's forward: the local layer gives this rank's term x_r W_r^T of y. Copy it
+    // | into cache.y (a buffer of our own: detail::ensure()), allreduce (kSum) it in
+    // | place, wait, then add the whole bias once (add_bias()).
+    const nn::Tensor& term = local_.forward(x);
+    detail::ensure(cache.y, term.shape(), term.dtype());
+    cache.y.copy_from(term);
+    tp_.allreduce(cache.y.raw(), static_cast<std::size_t>(cache.y.numel()), comm_dtype(cache.y.dtype()),
+                  ReduceOp::kSum)
+        .wait();
+    if (has_bias_) add_bias(cache.y, bias_.value);
+    return cache.y;
+    // END SOLUTION
+  }
+  require_rows(x, tp_.world_size(), name_, "x");
+  // BEGIN SOLUTION(RowParallelLinear::forward_sp)
+  // | Sequence parallelism: the same term for all rows, then a reduce-scatter (kSum)
+  // | into cache.y, which holds this rank's 1/T of the rows; then the bias.
+  const nn::Tensor& term = local_.forward(x);
+  nn::Shape mine = term.shape();
+  mine[0] /= tp_.world_size();
+  detail::ensure(cache.y, mine, term.dtype());
+  tp_.reduce_scatter(term.raw(), cache.y.raw(), static_cast<std::size_t>(cache.y.numel()), comm_dtype(term.dtype()),
+                     ReduceOp::kSum)
+      .wait();
+  if (has_bias_) add_bias(cache.y, bias_.value);
+  return cache.y;
+  // END SOLUTION
+}
+
+const nn::Tensor& RowParallelLinear::backward(const nn::Tensor& dy, const nn::GradReadyFn& grad_ready) {
+  Cache& cache = caches_.at(slot_);
+  detail::require_grad(dy, cache.y, name_);
+  if (!options_.sequence_parallel) {
+    // BEGIN SOLUTION(RowParallelLinear::backward)
+    // | g's backward is the identity: every rank has the whole dy. db += the sum of
+    // | dy's rows (add_bias_grad()), announce the bias (detail::notify()), then the
+    // | local layer's backward gives dW_r and dx_r. No communication.
+    if (has_bias_) {
+      add_bias_grad(bias_.grad, dy);
+      detail::notify(grad_ready, bias_);
+    }
+    return local_.backward(dy, grad_ready);
+    // END SOLUTION
+  }
+  // BEGIN SOLUTION(RowParallelLinear::backward_sp)
+  // | Sequence parallelism: dy holds this rank's rows. The bias gradient from them
+  // | is a partial sum (allreduce_sequence_parallel_gradients() completes it). Then
+  // | all-gather dy's rows into cache.gathered and run the local backward on them.
+  if (has_bias_) {
+    add_bias_grad(bias_.grad, dy);
+    detail::notify(grad_ready, bias_);
+  }
+  nn::Shape all = dy.shape();
+  all[0] *= tp_.world_size();
+  detail::ensure(cache.gathered, all, dy.dtype());
+  tp_.allgather(dy.raw(), cache.gathered.raw(), static_cast<std::size_t>(dy.numel()), comm_dtype(dy.dtype())).wait();
+  return local_.backward(cache.gathered, grad_ready);
+  // END SOLUTION
+}
+
+}  // namespace dtl::lab08
