@@ -15,7 +15,7 @@ class TestLab06Reference(helpers.GraderAssertions, unittest.TestCase):
         cls.graded = helpers.grade("--reference", lab="06")
 
     def test_full_marks(self):
-        self.assertReferenceFullMarks(self.graded, 110, items=14)  # 11 public items + 3 example hidden items
+        self.assertReferenceFullMarks(self.graded, 110, items=15)  # 12 public items + 3 example hidden items
 
 
 class TestLab06Skeleton(helpers.GraderAssertions, unittest.TestCase):

@@ -62,7 +62,8 @@ TEST(HiddenSharded, MemoryIsTheClosedForm) {
 
 // CPU offload with prefetch 2 at 5 and 6 ranks: one process's parameters, and the
 // host holds exactly the shards and the AdamW state (4S + 4S + 8S) while the
-// device's optimizer bytes stay zero.
+// device's optimizer bytes stay zero and its parameter and gradient peaks are those
+// of three consecutive units (window_max, fsdp_test_util.h).
 TEST(HiddenOffload, EqualsOneProcessWithShardsOnTheHost) {
   using C = nn::MemoryCategory;
   auto backend = mpi_backend(comm());
@@ -74,7 +75,8 @@ TEST(HiddenOffload, EqualsOneProcessWithShardsOnTheHost) {
     const nn::MemorySnapshot host0 = host.snapshot(), dev0 = device.snapshot();
     nn::Model model = make_model(kind, 13 + static_cast<std::uint64_t>(rank) * 7);
     const auto layouts = test_layouts(model, size);
-    const std::int64_t shard = sizes_of(layouts).n / size;
+    const Sizes s = sizes_of(layouts);
+    const std::int64_t shard = s.n / size;
     lab06::ShardedOptions o = options_for(ShardingMode::kFsdp, OptKind::kAdamW, 2, layouts);
     o.offload = true;
     lab06::ShardedTrainer trainer(*backend, model, o);
@@ -90,6 +92,10 @@ TEST(HiddenOffload, EqualsOneProcessWithShardsOnTheHost) {
     EXPECT_EQ(host_now(C::kGradients), 4 * shard) << what;
     EXPECT_EQ(host_now(C::kOptimizerState), 8 * shard) << what;
     EXPECT_EQ(device.peak(C::kOptimizerState) - dev0.current[static_cast<int>(C::kOptimizerState)], 0) << what;
+    // Prefetch 2: three consecutive units' full parameters and gradients at most, exactly.
+    auto dev_peak = [&](C c) { return device.peak(c) - dev0.current[static_cast<int>(c)]; };
+    EXPECT_EQ(dev_peak(C::kParameters), 4 * window_max(s.padded, 2)) << what << ": device parameter peak 4 W_2(L)";
+    EXPECT_EQ(dev_peak(C::kGradients), 4 * window_max(s.padded, 2)) << what << ": device gradient peak 4 W_2(L)";
   }
 }
 

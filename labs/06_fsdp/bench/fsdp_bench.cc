@@ -20,14 +20,20 @@
 //   Step/<backend>/<mode>   the mode's step (impl) paired with the DDP step (vendor
 //                           column) through the same backend; ratio = mode / DDP per
 //                           pair, median; exposed (ms): the time the trainer waited
-//                           for gathers and reduce-scatters; comm (ms): the link
-//                           model's time for the step's operations (emulated rows)
-// backends: "emulated 1GbE" (EmulatedCommunicator over mpi-thread: the collective is
-// real, its time is the alpha-beta model's — EMULATED, not measured on such a link)
-// and "mpi-thread" (real shared memory on this machine).
+//                           for gathers and reduce-scatters (the slowest rank's);
+//                           late % (emulated rows): the share of the row's operations,
+//                           all ranks, that ended after their model time because the
+//                           real collective underneath (or a peer) was slower
+// backends: "emulated 1GbE" (EmulatedCommunicator over mpi-thread, or mpi-polling with
+// DTL_LAB06_LINK_INNER=mpi-polling: the collective is real, its time is the
+// alpha-beta model's — EMULATED, not measured on such a link) and "mpi-thread" (real
+// shared memory on this machine).
 // At the end: the part of the all-gather time prefetch hid on the emulated link,
-// 1 - exposed(prefetch 1) / exposed(prefetch 0); the trace (lab06_trace_fsdp.json:
-// one FSDP step with prefetch 1 on emulated 1GbE, every rank a process) and the
+// 1 - exposed(prefetch 1) / exposed(prefetch 0); from one traced step per prefetch,
+// the share of the link's model time that overlapped the issuing rank's compute
+// (what the schedule hides, however late the peers arrive); the traces (lab06_trace_fsdp.json:
+// one FSDP step with prefetch 1 on emulated 1GbE, every rank a process; _p0.json the same
+// without prefetch) and the
 // memory-over-time samples (lab06_memory_fsdp_p0.csv and _p1.csv: one FSDP step,
 // rank 0, the MemoryTracker read at every hook) in $DTL_TRACE_OUT (default: the
 // current folder; ./dtl bench sets build/bench-out).
@@ -148,13 +154,29 @@ struct Sharded {
   void step() { last = trainer->step(data.x, data.y); }
 };
 
+// The real backend under the emulated link: mpi-thread, or mpi-polling with
+// DTL_LAB06_LINK_INNER=mpi-polling (an experiment of RESULTS.md, "Prefetch at 4 ranks").
+dtl::MpiMode link_inner_mode() {
+  const char* v = std::getenv("DTL_LAB06_LINK_INNER");
+  const std::string inner = v != nullptr ? v : "";
+  if (inner.empty() || inner == "mpi-thread") return dtl::MpiMode::kThread;
+  if (inner == "mpi-polling") return dtl::MpiMode::kPolling;
+  DTL_REQUIRE_ARG(false, "lab06_bench", "DTL_LAB06_LINK_INNER", "is '" + inner + "'; use mpi-thread or mpi-polling");
+  return dtl::MpiMode::kThread;
+}
+
 dtl::Communicator& backend(const std::string& label) {
   static std::vector<std::pair<std::string, std::unique_ptr<dtl::Communicator>>> made;
   for (auto& [name, c] : made) {
     if (name == label) return *c;
   }
-  std::unique_ptr<dtl::Communicator> c = std::make_unique<dtl::MpiCommunicator>(comm(), dtl::MpiMode::kThread);
-  if (label != "mpi-thread") c = std::make_unique<dtl::EmulatedCommunicator>(std::move(c), dtl::link_by_name(label));
+  std::unique_ptr<dtl::Communicator> c;
+  if (label == "mpi-thread") {
+    c = std::make_unique<dtl::MpiCommunicator>(comm(), dtl::MpiMode::kThread);
+  } else {
+    c = std::make_unique<dtl::EmulatedCommunicator>(std::make_unique<dtl::MpiCommunicator>(comm(), link_inner_mode()),
+                                                    dtl::link_by_name(label));
+  }
   made.emplace_back(label, std::move(c));
   return *made.back().second;
 }
@@ -296,11 +318,22 @@ void step_row(benchmark::State& state, const std::string& label, const Mode& m) 
   };
   impl();  // warm-up
   ddp.step();
+  auto* link = dynamic_cast<dtl::EmulatedCommunicator*>(&c);
+  const std::size_t late0 = link != nullptr ? link->late_operations() : 0;
+  std::int64_t ops = 0;  // this rank's emulated operations in the timed pairs
   dtl::bench::PairedTimer timer;
   std::vector<double> exposed;
   for (auto _ : state) {
     state.SetIterationTime(timer.time_pair(impl, [&] { ddp.step(); }));
     exposed.push_back(slowest(sharded ? sharded->last.exposed_seconds : ddp.exposed));
+    ops += 1 + (sharded ? sharded->last.allgathers + sharded->last.reduce_scatters : 1);
+  }
+  if (link != nullptr) {
+    // The share of the row's operations (all ranks) that ended after their model time.
+    long long mine[2] = {static_cast<long long>(link->late_operations() - late0), static_cast<long long>(ops)};
+    long long all[2] = {0, 0};
+    DTL_MPI_CHECK(MPI_Allreduce(mine, all, 2, MPI_LONG_LONG, MPI_SUM, comm()));
+    state.counters["late_pct"] = all[1] > 0 ? 100.0 * static_cast<double>(all[0]) / static_cast<double>(all[1]) : 0.0;
   }
   const double e = dtl::bench::median(exposed);
   exposed_by_row()[label + "/" + m.name] = e;
@@ -339,6 +372,37 @@ std::string out_folder() {
   return dir != nullptr && *dir != '\0' ? dir : ".";
 }
 
+// The share of the emulated link's model time, summed over all ranks, during which
+// the rank that issued the operation was computing (inside a "compute" span). Each
+// operation had the link from its Work's start_seconds() for model_seconds() (the
+// emulator's FIFO makes one rank's intervals disjoint); a late peer does not change
+// this share, only how long the rank waits after it (the wall-clock "exposed").
+double link_time_hidden(const dtl::Timeline& timeline, const lab06::ShardedTrainer& trainer) {
+  const dtl::LinkModel link = dtl::link_by_name("1GbE");
+  std::vector<std::pair<double, double>> compute;
+  for (const dtl::Span& s : timeline.spans()) {
+    if (s.track == "compute") compute.emplace_back(s.begin_seconds, s.end_seconds);
+  }
+  double local[2] = {0.0, 0.0};  // overlapped, total
+  for (const dtl::Span& s : timeline.spans()) {
+    if (s.track != "comm") continue;
+    const bool gather = s.name.rfind("allgather ", 0) == 0;
+    const std::string unit = s.name.substr(s.name.find(' ') + 1);
+    for (int u = 0; u < trainer.unit_count(); ++u) {
+      if (trainer.unit(u).name != unit) continue;
+      const auto bytes = static_cast<std::size_t>(trainer.unit(u).layout.padded * 4);
+      const double model = dtl::model_seconds(
+          link, gather ? dtl::CollectiveKind::kAllgather : dtl::CollectiveKind::kReduceScatter, bytes, comm().size());
+      const double a = s.begin_seconds, b = s.begin_seconds + model;
+      local[1] += model;
+      for (const auto& [x, y] : compute) local[0] += std::max(0.0, std::min(b, y) - std::max(a, x));
+    }
+  }
+  double all[2] = {0.0, 0.0};
+  DTL_MPI_CHECK(MPI_Allreduce(local, all, 2, MPI_DOUBLE, MPI_SUM, comm()));
+  return all[1] > 0.0 ? all[0] / all[1] : 0.0;
+}
+
 void finish() {
   const auto& e = exposed_by_row();
   const auto p0 = e.find("1GbE/fsdp"), p1 = e.find("1GbE/fsdp+prefetch1");
@@ -358,20 +422,29 @@ void finish() {
     }
   }
   const std::string folder = out_folder();
-  // The trace: one FSDP step with prefetch 1 on emulated 1GbE.
-  {
+  // One traced FSDP step per prefetch on emulated 1GbE: the share of the link's time
+  // the schedule hid (link_time_hidden), and the trace of the prefetch-1 step.
+  double hidden[2] = {0.0, 0.0};
+  for (int k : {0, 1}) {
     dtl::Timeline timeline(comm().rank(), "rank " + std::to_string(comm().rank()));
-    Sharded t(backend("1GbE"), {"fsdp+prefetch1", false, lab06::ShardingMode::kFsdp, 1}, &timeline, {}, kLinkBatch);
+    Sharded t(backend("1GbE"), {"fsdp", false, lab06::ShardingMode::kFsdp, k}, &timeline, {}, kLinkBatch);
     t.step();
     timeline.clear();
     DTL_MPI_CHECK(MPI_Barrier(comm()));
     t.step();
-    const std::string path = folder + "/lab06_trace_fsdp.json";
+    hidden[k] = link_time_hidden(timeline, *t.trainer);
+    const std::string path = folder + (k == 1 ? "/lab06_trace_fsdp.json" : "/lab06_trace_fsdp_p0.json");
     timeline.write_gathered(comm(), path);
     if (comm().rank() == 0) {
-      std::printf("# trace of one FSDP step (prefetch 1) on EMULATED 1GbE: %s (open in https://ui.perfetto.dev)\n",
+      std::printf("# trace of one FSDP step (prefetch %d) on EMULATED 1GbE: %s (open in https://ui.perfetto.dev)\n", k,
                   path.c_str());
     }
+  }
+  if (comm().rank() == 0) {
+    std::printf("# FSDP on EMULATED 1GbE, one traced step, all ranks: the link's model time that overlapped the same "
+                "rank's compute: %.0f%% with prefetch 0, %.0f%% with prefetch 1 (what the schedule hides, whenever "
+                "the peers arrive; RESULTS.md, \"Prefetch at 4 ranks\")\n",
+                100.0 * hidden[0], 100.0 * hidden[1]);
   }
   // Memory over time: the tracker at every hook of one step, prefetch 0 and 1.
   for (int k : {0, 1}) {
@@ -416,7 +489,8 @@ const bool registered = [] {
   dtl::bench::set_columns({{"step_ms", "step (ms)", "%10.2f"},
                            {"vendor_ms", "DDP (ms)", "%9.2f"},
                            {"ratio", "ratio", "%6.2f"},
-                           {"exposed_ms", "exposed (ms)", "%12.2f"}});
+                           {"exposed_ms", "exposed (ms)", "%12.2f"},
+                           {"late_pct", "late %", "%7.0f"}});
   dtl::bench::at_start(register_rows);
   dtl::bench::at_finish(finish);
   return true;

@@ -186,6 +186,20 @@ inline Sizes sizes_of(const std::vector<lab06::FlatLayout>& layouts) {
   return s;
 }
 
+/// The most of `per_unit` held at once when 1 + k consecutive units are (the gather
+/// and free schedule with prefetch k, Note [Prefetch and the rate limiter]): the
+/// largest sum of a window of min(1 + k, n) consecutive elements. k = 0: the largest.
+inline std::int64_t window_max(const std::vector<std::int64_t>& per_unit, int k) {
+  const std::size_t n = per_unit.size(), w = std::min(n, static_cast<std::size_t>(k) + 1);
+  std::int64_t best = 0;
+  for (std::size_t i = 0; i + w <= n; ++i) {
+    std::int64_t sum = 0;
+    for (std::size_t j = i; j < i + w; ++j) sum += per_unit[j];
+    best = std::max(best, sum);
+  }
+  return best;
+}
+
 inline lab06::ShardedOptions options_for(lab06::ShardingMode mode, OptKind opt, int prefetch,
                                          const std::vector<lab06::FlatLayout>& layouts) {
   lab06::ShardedOptions o;

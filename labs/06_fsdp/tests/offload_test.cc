@@ -9,7 +9,9 @@
 //     the compute device's (Device::kCpu), which holds only the gathered units;
 //   - no collective reads or writes host memory: a recording wrapper keeps every
 //     buffer the trainer hands the backend, and none may overlap a host tensor;
-//   - the copies per step are the closed form (8S to the device, 4S back).
+//   - the copies per step are the closed form (8S to the device, 4S back);
+//   - the device's peaks at prefetch k are the schedule's closed form, exactly;
+//   - a checkpoint written with offload resumes with or without it, at any W' <= W.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -124,6 +126,78 @@ TEST(Offload, ShardsAndStateLiveOnTheHostOnly) {
   }
 }
 
+// Prefetch 0, 1 and 2, f32 and bf16 gathers, two steps: the compute device's peaks
+// are the closed form of the schedule, exactly. With prefetch k, 1 + k consecutive
+// units are gathered or in flight at once (forward: u..u+k; backward: u..u-k), and
+// as many full gradients live (the unit in backward and the k reduce-scatters left in
+// flight). With W_k(x) = the largest sum of x over 1 + k consecutive units
+// (window_max), L_u a unit's padded size and S_u = L_u / W its shard:
+//   device (kCpu):      parameters 4 W_k(L), gradients 4 W_k(L), optimizer 0,
+//                       communication 2 W_k(S + L) with 16-bit gathers (the two
+//                       bf16 buffers of every gather in flight), 0 with f32;
+//   host (kPinnedHost): 4S, 4S, 8S, whatever k is;
+//   copies:             8S to the device and 4S back per step, whatever k is.
+// The brief's "largest unit + k units" bound is W_k(L) <= (1 + k) L.
+TEST(Offload, DevicePeakIsTheScheduleClosedFormAtEveryPrefetch) {
+  auto backend = mpi_backend(comm());
+  const int size = comm().size();
+  nn::MemoryTracker& device = nn::memory_tracker(nn::Device::kCpu);
+  nn::MemoryTracker& host = nn::memory_tracker(nn::Device::kPinnedHost);
+  for (ModelKind kind : {ModelKind::kOddMlp, ModelKind::kGpt}) {
+    for (nn::DType pd : {nn::DType::kF32, nn::DType::kBF16}) {
+      for (int k : {0, 1, 2}) {
+        const nn::MemorySnapshot dev0 = device.snapshot(), host0 = host.snapshot();
+        auto dev_peak = [&](C c) { return device.peak(c) - dev0.current[static_cast<int>(c)]; };
+        auto dev_now = [&](C c) { return device.current(c) - dev0.current[static_cast<int>(c)]; };
+        auto host_peak = [&](C c) { return host.peak(c) - host0.current[static_cast<int>(c)]; };
+        nn::Model model = make_model(kind, 3);
+        const auto layouts = test_layouts(model, size);
+        const Sizes s = sizes_of(layouts);
+        const std::int64_t shard = s.n / size;
+        std::vector<std::int64_t> comm_per_unit;
+        for (const std::int64_t l : s.padded) comm_per_unit.push_back(2 * (l / size + l));
+        const std::int64_t want_full = 4 * window_max(s.padded, k);
+        const std::int64_t want_comm = pd == nn::DType::kF32 ? 0 : window_max(comm_per_unit, k);
+        lab06::ShardedOptions o = offload_options(OptKind::kAdamW, k, layouts);
+        o.param_dtype = pd;
+        lab06::ShardedTrainer trainer(*backend, model, o);
+        device.reset_peak();
+        host.reset_peak();
+        const std::string what = std::string("offload ") + model_name(kind) + ", " + nn::to_string(pd) +
+                                 " gathers, prefetch " + std::to_string(k) + ", W = " + std::to_string(size) +
+                                 " (S = " + std::to_string(shard) + ")";
+        for (int step = 0; step < 2; ++step) {
+          const Batch b = rank_batch(kind, step, comm().rank(), size);
+          const lab06::StepResult r = trainer.step(b.x, b.y);
+          EXPECT_EQ(r.host_to_device_bytes, 8 * shard) << what << ", step " << step << ": host-to-device bytes (8S)";
+          EXPECT_EQ(r.device_to_host_bytes, 4 * shard) << what << ", step " << step << ": device-to-host bytes (4S)";
+        }
+        EXPECT_EQ(dev_peak(C::kParameters), want_full) << what << ": device parameter peak (4 W_k(L))";
+        EXPECT_EQ(dev_peak(C::kGradients), want_full) << what << ": device gradient peak (4 W_k(L))";
+        EXPECT_EQ(dev_peak(C::kCommunication), want_comm)
+            << what << ": device communication peak (2 W_k(S + L) with 16-bit gathers, else 0)";
+        EXPECT_EQ(dev_peak(C::kOptimizerState), 0) << what << ": optimizer state on the device";
+        EXPECT_EQ(host_peak(C::kParameters), 4 * shard) << what << ": host parameter bytes (4S)";
+        EXPECT_EQ(host_peak(C::kGradients), 4 * shard) << what << ": host gradient bytes (4S)";
+        EXPECT_EQ(host_peak(C::kOptimizerState), 8 * shard) << what << ": host optimizer bytes (8S)";
+        for (C c : {C::kParameters, C::kGradients, C::kCommunication}) {
+          EXPECT_EQ(dev_now(c), 0) << what << ": device " << nn::to_string(c) << " bytes left between steps";
+        }
+        if (comm().rank() == 0) {
+          std::printf("[ info ] %s: device peak params %lld B, grads %lld B, comm %lld B (closed form 4 W_k(L) = %lld, "
+                      "2 W_k(S + L) = %lld; bound 4(1 + k)L = %lld); host %lld + %lld + %lld B (4S, 4S, 8S)\n",
+                      what.c_str(), static_cast<long long>(dev_peak(C::kParameters)),
+                      static_cast<long long>(dev_peak(C::kGradients)),
+                      static_cast<long long>(dev_peak(C::kCommunication)), static_cast<long long>(want_full),
+                      static_cast<long long>(want_comm), static_cast<long long>(4 * (1 + k) * s.largest),
+                      static_cast<long long>(host_peak(C::kParameters)), static_cast<long long>(host_peak(C::kGradients)),
+                      static_cast<long long>(host_peak(C::kOptimizerState)));
+        }
+      }
+    }
+  }
+}
+
 // Whether [p, p + n) overlaps tensor t's elements.
 bool overlaps(const void* p, std::size_t n, const nn::Tensor& t) {
   if (p == nullptr || n == 0 || !t.defined() || t.raw() == nullptr || t.bytes() == 0) return false;
@@ -185,6 +259,73 @@ TEST(Offload, CollectivesNeverTouchHostMemoryAndCopiesAreTheClosedForm) {
           }
         }
         ++index;
+      }
+    }
+  }
+}
+
+// A checkpoint does not care where the shards lived. Train 2 steps with offload at W,
+// save, train 2 more: the run that never stopped. Load at every W' <= W, with and
+// without offload, and train the same 2 steps: bit for bit the never-stopped run at
+// W' = W (either way: the copies are exact), within the tolerance of one process's 4
+// steps at every W'. With offload the load fills the host tensors in place: the
+// shards and the AdamW state are still on the host, and the device holds nothing.
+TEST(OffloadCheckpoint, ResumesWithAndWithoutOffload) {
+  constexpr int kHalf = 2;
+  const ModelKind kind = ModelKind::kOddMlp;
+  ScratchDir dir;
+  std::vector<float> never_stopped;
+  {
+    auto backend = mpi_backend(comm());
+    nn::Model model = make_model(kind, 3);
+    lab06::ShardedTrainer trainer(*backend, model, offload_options(OptKind::kAdamW, 1, test_layouts(model, comm().size())));
+    for (int step = 0; step < 2 * kHalf; ++step) {
+      if (step == kHalf) lab06::save_checkpoint(trainer, dir.path());
+      const Batch b = rank_batch(kind, step, comm().rank(), comm().size());
+      trainer.step(b.x, b.y);
+    }
+    never_stopped = gathered_parameters(trainer, comm());
+  }
+  const std::vector<float> oracle = single_process(kind, OptKind::kAdamW, 3, 2 * kHalf);
+  nn::MemoryTracker& device = nn::memory_tracker(nn::Device::kCpu);
+  nn::MemoryTracker& host = nn::memory_tracker(nn::Device::kPinnedHost);
+  for (int w2 = 1; w2 <= comm().size(); ++w2) {
+    SubComm sub(w2);
+    if (!sub.member()) continue;
+    for (bool offload : {true, false}) {
+      auto backend = mpi_backend(sub.get());
+      const nn::MemorySnapshot dev0 = device.snapshot(), host0 = host.snapshot();
+      nn::Model model = make_model(kind, 99);
+      const auto layouts = test_layouts(model, w2);
+      lab06::ShardedOptions o = offload_options(OptKind::kAdamW, 0, layouts);
+      o.offload = offload;
+      lab06::ShardedTrainer trainer(*backend, model, o);
+      lab06::load_checkpoint(trainer, dir.path());
+      const std::string what = "saved with offload at W = " + std::to_string(comm().size()) + ", loaded " +
+                               (offload ? "with" : "without") + " offload at W' = " + std::to_string(w2);
+      if (offload) {
+        const std::int64_t shard = sizes_of(layouts).n / w2;
+        for (int u = 0; u < trainer.unit_count(); ++u) {
+          const lab06::UnitState& st = trainer.unit(u);
+          EXPECT_EQ(st.shard.device(), nn::Device::kPinnedHost) << what << ": unit " << st.name << "'s shard";
+          EXPECT_EQ(st.adamw->v().device(), nn::Device::kPinnedHost) << what << ": unit " << st.name << "'s AdamW v";
+        }
+        EXPECT_EQ(host.current(C::kParameters) - host0.current[static_cast<int>(C::kParameters)], 4 * shard)
+            << what << ": host parameter bytes after the load (4S')";
+        EXPECT_EQ(host.current(C::kOptimizerState) - host0.current[static_cast<int>(C::kOptimizerState)], 8 * shard)
+            << what << ": host optimizer bytes after the load (8S')";
+        EXPECT_EQ(device.current(C::kParameters) - dev0.current[static_cast<int>(C::kParameters)], 0)
+            << what << ": device parameter bytes after the load";
+      }
+      for (int step = kHalf; step < 2 * kHalf; ++step) {
+        const Batch b = rank_batch(kind, step, backend->rank(), w2);
+        trainer.step(b.x, b.y);
+      }
+      const std::vector<float> got = gathered_parameters(trainer, sub.get());
+      EXPECT_TRUE(close_to_oracle(oracle, got, what));
+      if (w2 == comm().size()) {
+        EXPECT_TRUE(got == never_stopped) << what << ": rank " << comm().rank()
+                                          << ": not bit-identical to the run that never stopped";
       }
     }
   }

@@ -200,7 +200,12 @@ namespace dtl::lab06 {
 // is Device::kPinnedHost (cudaMallocHost in a CUDA build with a GPU, ordinary
 // memory otherwise): each has its own MemoryTracker, which is how the tests see
 // where every byte lives. ZeRO-1/2 keep full parameters on the device and take
-// no offload here.
+// no offload here. With prefetch k the device holds 1 + k consecutive units at
+// most: its peaks are 4 W_k(L) bytes of parameters and as many of gradients,
+// W_k(L) being the largest sum of the padded sizes of 1 + k consecutive units
+// (<= (1 + k) L), plus 2 W_k(S + L) of communication buffers with 16-bit gathers.
+// A checkpoint does not record where the shards lived: load_checkpoint() fills
+// the host tensors in place, with or without offload on either side.
 
 // Note [Sharded checkpoints]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
