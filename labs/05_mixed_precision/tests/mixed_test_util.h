@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "datasets/datasets.h"
+#include "datasets/test_data.h"
 #include "harness/comm/communicator.h"
 #include "harness/nn/half.h"
 #include "harness/nn/layers.h"
@@ -46,14 +47,8 @@ inline const char* model_name(ModelKind m) { return m == ModelKind::kMlp ? "mlp"
 inline void PrintTo(ModelKind m, std::ostream* os) { *os << model_name(m); }
 inline void PrintTo(lab05::Precision p, std::ostream* os) { *os << lab05::precision_name(p); }
 
-inline const dtl::data::CharCorpus& corpus() {
-  static const dtl::data::CharCorpus c = dtl::data::encode_chars(dtl::data::make_char_corpus(20000, 7));
-  return c;
-}
-inline const dtl::data::Classification& spirals() {
-  static const dtl::data::Classification d = dtl::data::make_spirals(3000, 3, 0.1f, 11);
-  return d;
-}
+using dtl::data::testing::corpus;   // datasets/test_data.h: the same rows in every lab's tests
+using dtl::data::testing::spirals;
 
 inline nn::Model make_model(ModelKind kind, std::uint64_t seed) {
   if (kind == ModelKind::kMlp) return nn::make_mlp(2, 32, 3, 2, seed);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "datasets/datasets.h"
+#include "datasets/test_data.h"
 #include "harness/nn/layers.h"
 #include "harness/nn/model.h"
 #include "harness/nn/optim.h"
@@ -46,14 +47,8 @@ inline const char* model_name(ModelKind m) { return m == ModelKind::kMlp ? "mlp"
 enum class Order { kGPipe, kOneFOneB };
 inline const char* order_name(Order o) { return o == Order::kGPipe ? "gpipe" : "1f1b"; }
 
-inline const dtl::data::CharCorpus& corpus() {
-  static const dtl::data::CharCorpus c = dtl::data::encode_chars(dtl::data::make_char_corpus(20000, 7));
-  return c;
-}
-inline const dtl::data::Classification& spirals() {
-  static const dtl::data::Classification d = dtl::data::make_spirals(3000, 3, 0.1f, 11);
-  return d;
-}
+using dtl::data::testing::corpus;   // datasets/test_data.h: the same rows in every lab's tests
+using dtl::data::testing::spirals;
 
 /// The models: `units` units each (MLP: fc0..fc{units-2}, head; GPT: embed, blocks, head), `width`
 /// hidden features (MLP) or channels (GPT).

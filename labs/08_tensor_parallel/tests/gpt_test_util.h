@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "datasets/datasets.h"
+#include "datasets/test_data.h"
 #include "harness/nn/optim.h"
 #include "labs/08_tensor_parallel/tests/tp_test_util.h"
 
@@ -17,10 +18,7 @@ namespace lab08_test {
 
 inline constexpr std::int64_t kContext = 8;
 
-inline const dtl::data::CharCorpus& corpus() {
-  static const dtl::data::CharCorpus c = dtl::data::encode_chars(dtl::data::make_char_corpus(20000, 7));
-  return c;
-}
+using dtl::data::testing::corpus;  // datasets/test_data.h: the same rows in every lab's tests
 
 /// A GPT small enough for a test, splittable T ways: 2 heads per rank of 4 channels
 /// each, the vocabulary padded up to a multiple of `vocab_multiple` (the padded tokens
