@@ -132,19 +132,9 @@ TEST(Resume, EqualsNeverStopping) {
   constexpr int kHalf = 2;
   const ModelKind kind = ModelKind::kOddMlp;
   ScratchDir dir;
-  std::vector<float> never_stopped;
-  {
-    auto backend = mpi_backend(comm());
-    nn::Model model = make_model(kind, 3);
-    lab06::ShardedTrainer trainer(*backend, model,
-                                  options_for(ShardingMode::kFsdp, OptKind::kAdamW, 1, test_layouts(model, comm().size())));
-    for (int step = 0; step < 2 * kHalf; ++step) {
-      if (step == kHalf) lab06::save_checkpoint(trainer, dir.path());
-      const Batch b = rank_batch(kind, step, comm().rank(), comm().size());
-      trainer.step(b.x, b.y);
-    }
-    never_stopped = gathered_parameters(trainer, comm());
-  }
+  const std::vector<float> never_stopped = run_saving_halfway(kind, kHalf, dir.path(), [](nn::Model& model) {
+    return options_for(ShardingMode::kFsdp, OptKind::kAdamW, 1, test_layouts(model, comm().size()));
+  });
   const std::vector<float> oracle = single_process(kind, OptKind::kAdamW, 3, 2 * kHalf);
   for (int w2 = 1; w2 <= comm().size(); ++w2) {
     SubComm sub(w2);

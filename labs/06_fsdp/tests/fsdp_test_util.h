@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <sstream>
@@ -35,6 +36,7 @@
 #include <vector>
 
 #include "datasets/datasets.h"
+#include "datasets/test_data.h"
 #include "harness/comm/communicator.h"
 #include "harness/comm/emulated_communicator.h"
 #include "harness/comm/mpi_communicator.h"
@@ -70,14 +72,8 @@ inline void PrintTo(OptKind o, std::ostream* os) { *os << opt_name(o); }
 inline constexpr std::int64_t kContext = 8;
 inline constexpr std::int64_t kChannels = 16;
 
-inline const dtl::data::CharCorpus& corpus() {
-  static const dtl::data::CharCorpus c = dtl::data::encode_chars(dtl::data::make_char_corpus(20000, 7));
-  return c;
-}
-inline const dtl::data::Classification& spirals() {
-  static const dtl::data::Classification d = dtl::data::make_spirals(3000, 3, 0.1f, 11);
-  return d;
-}
+using dtl::data::testing::corpus;   // datasets/test_data.h: the same rows in every lab's tests
+using dtl::data::testing::spirals;
 
 inline nn::Model make_model(ModelKind kind, std::uint64_t seed) {
   if (kind == ModelKind::kOddMlp) return nn::make_mlp(2, 7, 3, 2, seed);
@@ -265,6 +261,22 @@ inline std::unique_ptr<dtl::Communicator> mpi_backend(MPI_Comm parent) {
 /// The alpha-beta emulator over Open MPI: every operation takes at least `alpha`.
 inline std::unique_ptr<dtl::Communicator> emulated_backend(MPI_Comm parent, const std::string& link) {
   return std::make_unique<dtl::EmulatedCommunicator>(mpi_backend(parent), dtl::parse_link(link));
+}
+
+/// The run that never stopped, of the resume tests: 2 * half steps of `kind` (seed 3)
+/// over comm() with the options `options` gives for the model, saving a checkpoint in
+/// `dir` after `half` steps; the gathered parameters at the end.
+inline std::vector<float> run_saving_halfway(ModelKind kind, int half, const std::string& dir,
+                                             const std::function<lab06::ShardedOptions(nn::Model&)>& options) {
+  auto backend = mpi_backend(comm());
+  nn::Model model = make_model(kind, 3);
+  lab06::ShardedTrainer trainer(*backend, model, options(model));
+  for (int step = 0; step < 2 * half; ++step) {
+    if (step == half) lab06::save_checkpoint(trainer, dir);
+    const Batch b = rank_batch(kind, step, comm().rank(), comm().size());
+    trainer.step(b.x, b.y);
+  }
+  return gathered_parameters(trainer, comm());
 }
 
 /// The bytes of a tensor's elements, for exact comparisons.
