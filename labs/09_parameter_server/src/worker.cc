@@ -37,12 +37,13 @@
 
 namespace dtl::lab09 {
 
+/// @brief The sends in flight of one worker, shared by the engine's threads.
 struct WorkerClient::Impl {
-  std::mutex mutex;
-  std::vector<MPI_Request> requests;
-  std::vector<std::vector<std::byte>> buffers;
+  std::mutex mutex;                             ///< guards both lists
+  std::vector<MPI_Request> requests;            ///< one per send in flight
+  std::vector<std::vector<std::byte>> buffers;  ///< the bytes of each, kept until it completes
 
-  // Completes what is done; the rest stays. Called with the mutex held.
+  /// @brief Frees the sends that completed; the rest stay. Call with the mutex held.
   void reap() {
     for (std::size_t i = 0; i < requests.size();) {
       int done = 0;

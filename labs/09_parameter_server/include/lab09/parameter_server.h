@@ -272,8 +272,10 @@ enum ReplyStatus : std::int32_t {
 
 /// @brief A decoded message: up to four integers, then floats or text.
 struct Message {
-  std::int32_t a = 0, b = 0, c = 0, d = 0;  ///< header: kPush (key, step), kPull (key, clock), kClock (step),
-                                           ///< reply (key, version, status)
+  std::int32_t a = 0;  ///< kPush, kPull, reply: the key; kClock: the step
+  std::int32_t b = 0;  ///< kPush: the step; kPull: the reader's clock; reply: the version
+  std::int32_t c = 0;  ///< reply: the status (ReplyStatus)
+  std::int32_t d = 0;  ///< unused (zero)
   std::vector<float> values;               ///< gradient or parameter values
   std::string text;                        ///< an error text (replies with kFailed)
 };
