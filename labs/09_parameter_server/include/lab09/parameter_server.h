@@ -176,17 +176,20 @@ namespace dtl::lab09 {
 
 // Note [PS vs allreduce bandwidth]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// n bytes of gradients per worker and step, W workers, S servers, each rank on
-// a link of B bytes/s each way. A server receives W pushes of n/S bytes and
-// sends W replies of n/S bytes: its link carries W n / S each way, so
+// n bytes of gradients per worker and step, W workers, S servers, every rank on
+// a link of B bytes/s. In a BSP step each server first receives W pushes of n/S
+// bytes, then (after the update) sends W replies of n/S bytes, one message at a
+// time on its link:
 //
-//     T_ps   = W n / (S B)        (a worker's own link carries n each way: n / B)
-//     T_ring = 2 (W - 1) n / (W B)      (ring allreduce among the W workers)
+//     T_ps   = 2 W n / (S B)            (+ 2 W alpha)
+//     T_ring = 2 (W - 1) n / (W B)      (+ 2 (W - 1) alpha; ring allreduce among the W workers)
+//     T_ps / T_ring = W^2 / (S (W - 1))
 //
-// One server (S = 1) is W/2 times slower than the ring, and grows with W; the
-// server's link is the bottleneck. S = W servers (one beside each worker) make
-// T_ps = n / B, about the ring's. ps-lite and BytePS colocate servers with
-// workers for exactly this reason. The bench measures both on the emulated link.
+// One server is W^2/(W - 1) times slower than the ring (4.5x at W = 3), and it
+// grows with W: the server's link is the bottleneck, whatever the workers' links
+// can do. S = W servers (one beside each worker) bring it to W/(W - 1), about
+// the ring's; ps-lite and BytePS colocate servers with workers for exactly this
+// reason. The bench measures both on the same emulated link (Link10GbE rows).
 
 // ---------------------------------------------------------------------------
 // Options, roles and the group (given: ps_util.cc)
