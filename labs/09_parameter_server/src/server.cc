@@ -150,6 +150,7 @@ void ParameterServer::handle(int source, int tag, std::span<const std::byte> byt
     case kClock: on_clock(worker, m); break;
     case kPull: on_pull(worker, m); break;
     case kDone: done_[static_cast<std::size_t>(worker)] = true; break;
+    case kHeartbeat: break;  // last_heard_ is all it is for
     default:
       throw Error("server " + std::to_string(server_) + ": unknown tag " + std::to_string(tag) + " from worker " +
                   std::to_string(worker));

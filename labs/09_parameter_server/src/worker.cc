@@ -119,7 +119,9 @@ int WorkerClient::pull(int key, std::span<float> out) {
                       std::to_string(count));
   // TODO(student): Send a Message (a = key, b = clock) with tag kPull to the key's server. Then poll
   //   MPI_Improbe(server, kReply + key) until a reply is there (sleep a few microseconds
-  //   between tries); past PsOptions::timeout_seconds throw dtl::TimeoutError naming this
+  //   between tries; every timeout / 4 seconds send an empty kHeartbeat to every server,
+  //   so no server takes a waiting worker for a dead one); past PsOptions::timeout_seconds
+  //   throw dtl::TimeoutError naming this
   //   worker, its rank, the server, the key and the clock. MPI_Get_count, MPI_Mrecv, decode
   //   the header (decode(bytes, 0)); status kFailed: throw StepFailed with its text; else
   //   decode(bytes, count), copy the values into out and return the version (b).

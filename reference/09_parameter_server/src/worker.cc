@@ -126,7 +126,9 @@ int WorkerClient::pull(int key, std::span<float> out) {
   // BEGIN SOLUTION(WorkerClient::pull)
   // | Send a Message (a = key, b = clock) with tag kPull to the key's server. Then poll
   // | MPI_Improbe(server, kReply + key) until a reply is there (sleep a few microseconds
-  // | between tries); past PsOptions::timeout_seconds throw dtl::TimeoutError naming this
+  // | between tries; every timeout / 4 seconds send an empty kHeartbeat to every server,
+  // | so no server takes a waiting worker for a dead one); past PsOptions::timeout_seconds
+  // | throw dtl::TimeoutError naming this
   // | worker, its rank, the server, the key and the clock. MPI_Get_count, MPI_Mrecv, decode
   // | the header (decode(bytes, 0)); status kFailed: throw StepFailed with its text; else
   // | decode(bytes, count), copy the values into out and return the version (b).
@@ -137,12 +139,17 @@ int WorkerClient::pull(int key, std::span<float> out) {
   send(server, kPull, encode(request));
   const double timeout = group_->options().timeout_seconds;
   const double deadline = MPI_Wtime() + timeout;
+  double next_beat = MPI_Wtime() + timeout / 4;
   int flag = 0;
   MPI_Message message = MPI_MESSAGE_NULL;
   MPI_Status status;
   while (true) {
     DTL_MPI_CHECK(MPI_Improbe(server, kReply + key, group_->comm(), &flag, &message, &status));
     if (flag) break;
+    if (MPI_Wtime() >= next_beat) {  // still here: a server we are not waiting for must not presume us dead
+      for (int s = 0; s < group_->servers(); ++s) send(s, kHeartbeat, encode(Message{}));
+      next_beat += timeout / 4;
+    }
     if (MPI_Wtime() > deadline) {
       throw TimeoutError("worker " + std::to_string(group_->worker_index()) + " (rank " +
                          std::to_string(group_->comm().rank()) + "): no answer from server " + std::to_string(server) +

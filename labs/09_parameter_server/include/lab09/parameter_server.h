@@ -69,13 +69,14 @@ namespace dtl::lab09 {
 
 // Note [The protocol]
 // ~~~~~~~~~~~~~~~~~~~
-// Every message travels on the group's own communicator (PsGroup::comm()). Five
+// Every message travels on the group's own communicator (PsGroup::comm()). Six
 // kinds, one tag each (Tag), payload encoded by encode()/decode() (given):
 //
 //     worker -> server   kPush   (key, step) + gradient     "my gradient of step t"
 //     worker -> server   kClock  (step)                     "I finished step t"
 //     worker -> server   kPull   (key, clock)               "I want key k, I am at clock c"
 //     server -> worker   kReply + key  (key, version, status) + values (or an error text)
+//     worker -> server   kHeartbeat                          "still here, waiting" (to every server)
 //     worker -> server   kDone                               "I will send nothing more"
 //
 // One step of worker w (clock c = steps it has completed):
@@ -91,7 +92,9 @@ namespace dtl::lab09 {
 // handled before its kClock(t): when a server has a worker's clock t + 1, it has
 // all of that worker's step-t gradients. A pull that may not be answered yet is
 // kept (deferred) and answered later, when clocks advance. The worker waits for
-// a reply with a deadline (PsOptions::timeout_seconds), never forever.
+// a reply with a deadline (PsOptions::timeout_seconds), never forever, and
+// while it waits it sends a kHeartbeat to every server every timeout / 4 seconds
+// (Note [Silent workers]).
 
 // Note [Consistency models]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -155,7 +158,11 @@ namespace dtl::lab09 {
 // from that step on, as if dead, and only rejoins at the test's end).
 //
 // A server presumes worker w dead when w is not done, has no pull waiting at
-// this server, and nothing came from it for timeout_seconds. Then:
+// this server, and nothing came from it for timeout_seconds. A worker that waits
+// for an answer from *another* server would look silent here; that is what the
+// heartbeats are for: a worker waiting in pull() sends one to every server every
+// timeout / 4. So only a worker that neither sends nor waits (a dead one, or one
+// computing a step longer than the timeout) is taken for dead. Then:
 //   - ASP and SSP go on without it: it leaves the minimum of the vector clock and
 //     the steps it never pushed are applied with the gradients of the others
 //     (averaged over those who pushed);
@@ -264,6 +271,7 @@ enum Tag : int {
   kPull = 2,    ///< worker -> server: (key, clock)
   kClock = 3,   ///< worker -> server: (step) completed
   kDone = 4,    ///< worker -> server: nothing more will come
+  kHeartbeat = 5,  ///< worker -> server: still here, waiting for a reply (Note [Silent workers])
   kReply = 16,  ///< server -> worker: kReply + key, the answer to a pull of key
 };
 
@@ -507,6 +515,7 @@ class WorkerClient {
   /// @param[in] key in [0, keys).
   /// @param[out] out key_sizes()[key] floats.
   /// @return the version answered with.
+  /// While it waits it sends a kHeartbeat to every server every timeout / 4 seconds.
   /// @throws dtl::InvalidArgument naming `key` or `out`; StepFailed if the server answers
   ///         kFailed (its text); dtl::TimeoutError naming the server, key and clock after
   ///         PsOptions::timeout_seconds without an answer.
