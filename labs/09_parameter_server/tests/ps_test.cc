@@ -225,7 +225,7 @@ TEST(Asp, EveryPushIsAppliedOnArrival) {
 TEST(Accuracy, AspAndSspReachTheTargetWithAStraggler) {
   LAB09_NEEDS_TWO_RANKS();
   constexpr int kSteps = 300;
-  constexpr double kTarget = 0.90;  // one process reaches 96-98% here (printed below)
+  constexpr double kTarget = 0.90;  // one process reaches 97-99% here (printed below); 32 rows per worker keep the last steps calm
   // Staleness and momentum compound: a stale gradient keeps pushing through the
   // momentum buffer (asynchrony acts like extra momentum). With momentum 0.9, or
   // with s = 2, SSP falls far below the target at this rate; the handout's
@@ -233,13 +233,13 @@ TEST(Accuracy, AspAndSspReachTheTargetWithAStraggler) {
   const nn::SgdOptions sgd{.lr = 0.2f, .momentum = 0.5f, .weight_decay = 0.0f};
   const int servers = 1;
   const int W = comm().size() - servers;
-  const double oracle = accuracy_of(run_oracle(kSteps, 16 * W, sgd));
+  const double oracle = accuracy_of(run_oracle(kSteps, 32 * W, sgd));
   for (auto [c, s] : {std::pair{Consistency::kAsp, 0}, std::pair{Consistency::kSsp, 1}}) {
     RunSpec spec;
     spec.options = options(c, servers, s);
     spec.options.sgd = sgd;
     spec.steps = kSteps;
-    spec.rows = 16;
+    spec.rows = 32;
     spec.setup = [&](int w) {
       lab09::TrainOptions t;
       t.steps = kSteps;
