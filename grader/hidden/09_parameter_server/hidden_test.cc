@@ -24,7 +24,7 @@ TEST(HiddenBsp, OneToThreeServersEqualOneProcess) {
       RunSpec spec;
       spec.options.servers = servers;
       spec.options.sgd = kSgd;
-      spec.options.timeout_seconds = 60;
+      spec.options.timeout_seconds = kSafetyTimeout;
       spec.steps = kSteps;
       spec.rows = kRows;
       spec.setup = [&](int) {
@@ -56,7 +56,7 @@ TEST(HiddenSsp, TwoStragglersNeverMoreThanSBehind) {
     spec.options.consistency = Consistency::kSsp;
     spec.options.staleness = kStaleness;
     spec.options.sgd = kSgd;
-    spec.options.timeout_seconds = 60;
+    spec.options.timeout_seconds = kSafetyTimeout;
     spec.steps = kSteps;
     spec.setup = [&](int w) {
       lab09::TrainOptions t;

@@ -121,7 +121,7 @@ TEST(Checkpoint, RestoredServersGoOnAsIfNeverStopped) {
     RunSpec spec;
     spec.options.servers = servers;
     spec.options.sgd = kSgd;
-    spec.options.timeout_seconds = 60;
+    spec.options.timeout_seconds = kSafetyTimeout;
     spec.steps = kFirst;
     spec.rows = kRows;
     spec.take_checkpoint = true;
@@ -152,7 +152,7 @@ TEST(Checkpoint, ForeignOrDamagedBytesAreRefused) {
   RunSpec spec;
   spec.options.servers = 1;
   spec.options.sgd = kSgd;
-  spec.options.timeout_seconds = 60;
+  spec.options.timeout_seconds = kSafetyTimeout;
   spec.steps = 1;
   spec.take_checkpoint = true;
   const PsRun run = run_ps(spec);
@@ -164,7 +164,7 @@ TEST(Checkpoint, ForeignOrDamagedBytesAreRefused) {
     lab09::PsOptions o;
     o.servers = 1;
     o.sgd = variant == 2 ? nn::SgdOptions{.lr = 0.1f, .momentum = 0.0f, .weight_decay = 0.0f} : kSgd;
-    o.timeout_seconds = 60;
+    o.timeout_seconds = kSafetyTimeout;
     lab09::PsGroup group(comm(), o, key_sizes_of(model), even_bounds(6, 1));
     if (!group.is_server() || run.checkpoint.empty()) continue;
     lab09::ParameterServer server(group, initial);

@@ -27,7 +27,7 @@ lab09::PsOptions options(Consistency c, int servers, int staleness = 0) {
   o.consistency = c;
   o.staleness = staleness;
   o.sgd = kSgd;
-  o.timeout_seconds = 60;  // only a safety net here: nothing in these tests is silent
+  o.timeout_seconds = kSafetyTimeout;  // nothing in these tests is silent
   return o;
 }
 
