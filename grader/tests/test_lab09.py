@@ -3,8 +3,8 @@ and 10 example hidden ones, 12 items), `--skeleton` gives 0 fast, every item
 saying what is not implemented yet; and one fault, cheaply: in the graded tree
 that --keep leaves, the server is changed to answer every SSP pull at once
 (the staleness bound ignored), only the student's test program is rebuilt, and
-the SSP tests must fail naming the worker, its clock, the slowest clock and the
-bound, while the BSP and ASP tests still pass (the fault is in SSP only)."""
+SSP's bound test must fail naming the worker, its clock, the slowest clock and
+the bound, while the BSP and ASP tests still pass (the fault is in SSP only)."""
 import os
 import re
 import shutil
@@ -59,8 +59,10 @@ class TestLab09Reference(helpers.GraderAssertions, unittest.TestCase):
         # 4 ranks: S = 1 with W = 3 and S = 2 with W = 2 (s = 0 needs two workers to differ from BSP).
         rc, out = self.run_tests(4, "Ssp.*")
         self.assertNotEqual(rc, 0, out[-3000:])
+        # The bound test fails whenever the fast workers get more than s ahead of the
+        # straggler (25 ms per step), which they do at once; Ssp.ZeroStalenessIsBsp
+        # usually fails too, but it needs a pull to beat a push, so it is not required.
         self.assertIn("FAILED  ] Ssp.NoWorkerEverMoreThanSStepsAheadOfTheSlowest", out)
-        self.assertIn("FAILED  ] Ssp.ZeroStalenessIsBsp", out)
         self.assertRegex(out, r"worker \d at clock \d+ got key \d while the slowest worker's clock was \d+ "
                               r"\(\d+ steps ahead; the bound is [13]\)")
         rc, out = self.run_tests(4, "Bsp.*:Asp.*")

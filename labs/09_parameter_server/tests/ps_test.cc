@@ -127,12 +127,13 @@ TEST(Ssp, NoWorkerEverMoreThanSStepsAheadOfTheSlowest) {
       RunSpec spec;
       spec.options = options(Consistency::kSsp, servers, s);
       spec.steps = kSteps;
-      // Worker 0 is a straggler: 15 ms in every step, so the others run ahead until the bound stops them.
+      // Worker 0 is a straggler: 25 ms in every step, so the others run ahead until the bound stops
+      // them (an SSP that ignores the bound is caught even on a loaded machine).
       spec.setup = [&](int w) {
         lab09::TrainOptions t;
         t.steps = kSteps;
         t.overlap = false;
-        t.delay_seconds = w == 0 ? 0.015 : 0.0;
+        t.delay_seconds = w == 0 ? 0.025 : 0.0;
         return t;
       };
       const PsRun run = run_ps(spec);
@@ -163,7 +164,7 @@ TEST(Ssp, ZeroStalenessIsBsp) {
     lab09::TrainOptions t;
     t.steps = kSteps;
     t.overlap = false;
-    t.delay_seconds = w == 0 ? 0.01 : 0.0;
+    t.delay_seconds = w == 0 ? 0.025 : 0.0;  // a server answering too early shows
     return t;
   };
   RunSpec spec;
