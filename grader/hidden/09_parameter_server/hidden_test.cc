@@ -1,0 +1,114 @@
+// Lab 09 hidden tests (an example set), at 5 and 6 ranks: BSP with 1 to 3
+// servers (with and without the engine) against one process; SSP with s = 2 and
+// two stragglers of different speeds, every server's log replayed; a silent
+// worker that is the *last* one (the public tests silence worker 0) under SSP
+// with the most servers. Same oracles as the public tests.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "labs/09_parameter_server/tests/ps_test_util.h"
+
+namespace lab09_test {
+namespace {
+
+const nn::SgdOptions kSgd{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.0f};
+
+TEST(HiddenBsp, OneToThreeServersEqualOneProcess) {
+  constexpr int kSteps = 3;
+  constexpr std::int64_t kRows = 5;
+  for (int servers : {1, 2, 3}) {
+    for (bool overlap : {false, true}) {
+      RunSpec spec;
+      spec.options.servers = servers;
+      spec.options.sgd = kSgd;
+      spec.options.timeout_seconds = kSafetyTimeout;
+      spec.steps = kSteps;
+      spec.rows = kRows;
+      spec.setup = [&](int) {
+        lab09::TrainOptions t;
+        t.steps = kSteps;
+        t.overlap = overlap;
+        return t;
+      };
+      const PsRun run = run_ps(spec);
+      const std::string what = "bsp, S = " + std::to_string(servers) + (overlap ? ", through the engine" : "");
+      EXPECT_EQ(run.error, "") << "rank " << comm().rank() << " (" << what << ")";
+      const std::vector<float> oracle = run_oracle(kSteps, kRows * (comm().size() - servers), kSgd);
+      if (run.server && run.error.empty()) {
+        EXPECT_TRUE(close_to(slice(oracle, run.first, run.values.size()), run.values, what, run.first));
+        EXPECT_TRUE(log_respects_bound(run.events, run.workers, 0)) << what;
+      }
+      if (!run.server) {
+        EXPECT_EQ(run.train.steps_done, kSteps) << "rank " << comm().rank() << " (" << what << ")";
+      }
+    }
+  }
+}
+
+TEST(HiddenSsp, TwoStragglersNeverMoreThanSBehind) {
+  constexpr int kSteps = 8, kStaleness = 2;
+  for (int servers : {2, 3}) {
+    RunSpec spec;
+    spec.options.servers = servers;
+    spec.options.consistency = Consistency::kSsp;
+    spec.options.staleness = kStaleness;
+    spec.options.sgd = kSgd;
+    spec.options.timeout_seconds = kSafetyTimeout;
+    spec.steps = kSteps;
+    spec.setup = [&](int w) {
+      lab09::TrainOptions t;
+      t.steps = kSteps;
+      t.overlap = false;
+      t.delay_seconds = w == 0 ? 0.012 : w == 1 ? 0.006 : 0.0;
+      return t;
+    };
+    const PsRun run = run_ps(spec);
+    const std::string what = "ssp(s=2), S = " + std::to_string(servers);
+    EXPECT_EQ(run.error, "") << "rank " << comm().rank() << " (" << what << ")";
+    if (run.server && run.error.empty()) {
+      EXPECT_TRUE(log_respects_bound(run.events, run.workers, kStaleness)) << what;
+      EXPECT_EQ(run.report.version, kSteps) << "rank " << comm().rank() << " (" << what << ")";
+    }
+    if (!run.server) {
+      EXPECT_EQ(run.train.steps_done, kSteps) << "rank " << comm().rank() << " (" << what << ")";
+    }
+  }
+}
+
+TEST(HiddenFaults, TheLastWorkerSilentUnderSsp) {
+  constexpr int kSteps = 5, kSilentFrom = 1;
+  const int servers = 2;
+  const int last = comm().size() - servers - 1;
+  RunSpec spec;
+  spec.options.servers = servers;
+  spec.options.consistency = Consistency::kSsp;
+  spec.options.staleness = 1;
+  spec.options.sgd = kSgd;
+  spec.options.timeout_seconds = 1.5;
+  spec.steps = kSteps;
+  spec.setup = [&](int w) {
+    lab09::TrainOptions t;
+    t.steps = kSteps;
+    t.overlap = false;
+    t.silent_from_step = w == last ? kSilentFrom : -1;
+    return t;
+  };
+  const PsRun run = run_ps(spec);
+  EXPECT_EQ(run.error, "") << "rank " << comm().rank();
+  if (run.server) {
+    EXPECT_FALSE(run.report.failed) << run.report.error;
+    EXPECT_EQ(run.report.lost, std::vector<int>{last}) << "rank " << comm().rank() << ": the lost worker";
+    EXPECT_EQ(run.report.version, kSteps) << "rank " << comm().rank();
+    if (run.error.empty()) {
+      EXPECT_TRUE(log_respects_bound(run.events, run.workers, 1));
+    }
+  } else if (comm().rank() - servers != last) {
+    EXPECT_EQ(run.train.steps_done, kSteps) << "rank " << comm().rank() << ": " << run.train.error;
+  }
+}
+
+}  // namespace
+}  // namespace lab09_test

@@ -1,0 +1,82 @@
+"""Lab 09 end to end: `grade.py 09 --reference` gives 110 / 110 (100 public points
+and 10 example hidden ones, 12 items), `--skeleton` gives 0 fast, every item
+saying what is not implemented yet; and one fault, cheaply: in the graded tree
+that --keep leaves, the server is changed to answer every SSP pull at once
+(the staleness bound ignored), only the student's test program is rebuilt, and
+SSP's bound test must fail naming the worker, its clock, the slowest clock and
+the bound, while the BSP and ASP tests still pass (the fault is in SSP only)."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import helpers  # noqa: E402
+
+MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl_vader_single_copy_mechanism="none",
+               GTEST_COLOR="no")
+
+# The fault: on_pull answers an SSP pull whatever the clocks say.
+CHECK = "  if (VectorClock::may_read(o.consistency, o.staleness, clock, version_)) {\n"
+IGNORED = "  if (o.consistency == Consistency::kSsp || VectorClock::may_read(o.consistency, o.staleness, clock, version_)) {\n"
+
+
+class TestLab09Reference(helpers.GraderAssertions, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.graded = helpers.grade("--reference", "--keep", lab="09")
+        kept = re.search(r"^kept (\S+)$", cls.graded.output, re.M)
+        cls.work = Path(kept.group(1)) if kept else None
+        if cls.work is not None:
+            cls.addClassCleanup(shutil.rmtree, cls.work, True)
+
+    def test_full_marks(self):
+        self.assertReferenceFullMarks(self.graded, 110, items=12)  # 10 public items + 2 example hidden ones
+
+    def run_tests(self, ranks: int, pattern: str):
+        binary = self.work / "build" / "labs" / "09_parameter_server" / "lab09_student_test"
+        mpiexec = shutil.which("mpiexec") or "mpiexec"
+        cmd = [mpiexec, "--oversubscribe", "--bind-to", "none", "-n", str(ranks), str(binary),
+               f"--gtest_filter={pattern}", "--dtl_timeout=60"]
+        proc = subprocess.run(cmd, env=MPI_ENV, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              errors="replace", timeout=120)
+        return proc.returncode, proc.stdout + proc.stderr
+
+    def test_ssp_ignoring_its_bound_fails_the_ssp_tests_only(self):
+        self.assertIsNotNone(self.work, "grade.py --keep printed no folder")
+        server = self.work / "tree" / "labs" / "09_parameter_server" / "src" / "server.cc"
+        text = server.read_text()
+        self.assertIn(CHECK, text)
+        server.write_text(text.replace(CHECK, IGNORED))
+        build = subprocess.run(["cmake", "--build", str(self.work / "build"), "--target", "lab09_student_test"],
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
+                               timeout=300)
+        self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
+        # 4 ranks: S = 1 with W = 3 and S = 2 with W = 2 (s = 0 needs two workers to differ from BSP).
+        rc, out = self.run_tests(4, "Ssp.*")
+        self.assertNotEqual(rc, 0, out[-3000:])
+        # The bound test fails whenever the fast workers get more than s ahead of the
+        # straggler (25 ms per step), which they do at once; Ssp.ZeroStalenessIsBsp
+        # usually fails too, but it needs a pull to beat a push, so it is not required.
+        self.assertIn("FAILED  ] Ssp.NoWorkerEverMoreThanSStepsAheadOfTheSlowest", out)
+        self.assertRegex(out, r"worker \d at clock \d+ got key \d while the slowest worker's clock was \d+ "
+                              r"\(\d+ steps ahead; the bound is [13]\)")
+        rc, out = self.run_tests(4, "Bsp.*:Asp.*")
+        self.assertEqual(rc, 0, out[-3000:])
+
+
+class TestLab09Skeleton(helpers.GraderAssertions, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.graded = helpers.grade("--skeleton", lab="09")
+
+    def test_zero_fast(self):
+        self.assertSkeletonZeroFast(self.graded)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,83 @@
+// Lab 09, task E: a server's state as bytes, and back.
+//
+// What this file teaches: what "the state" of a parameter server is. Values
+// alone are not enough: with momentum, the optimizer's buffer decides the next
+// steps as much as the weights do, and the vector clock and version decide
+// which pulls may be answered. The layout (native byte order, one machine):
+//
+//     "DTLPS09"\0                       8 bytes, the magic
+//     first_key end_key workers version consistency      int32 each
+//     clocks[W]  lost[W]                int32 each
+//     values[n]                         float, n = our range's elements
+//     per key: has_momentum (int32), then its momentum (float) if it has one
+//
+// See Note [Checkpoints] in lab09/parameter_server.h.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness/error.h"
+#include "lab09/parameter_server.h"
+
+namespace dtl::lab09 {
+namespace {
+
+constexpr char kMagic[8] = {'D', 'T', 'L', 'P', 'S', '0', '9', '\0'};
+
+void put(std::vector<std::byte>& out, const void* data, std::size_t bytes) {
+  const std::size_t at = out.size();
+  out.resize(at + bytes);
+  if (bytes > 0) std::memcpy(out.data() + at, data, bytes);
+}
+
+// Reads from a byte span front to back; every read checks that the bytes are there.
+class Reader {
+ public:
+  explicit Reader(std::span<const std::byte> bytes) : bytes_(bytes) {}
+  void get(void* data, std::size_t bytes) {
+    DTL_REQUIRE_ARG(at_ + bytes <= bytes_.size(), "ParameterServer::restore", "bytes",
+                    "end after " + std::to_string(bytes_.size()) + " bytes, in the middle of the checkpoint");
+    std::memcpy(data, bytes_.data() + at_, bytes);
+    at_ += bytes;
+  }
+  std::int32_t i32() {
+    std::int32_t v = 0;
+    get(&v, sizeof v);
+    return v;
+  }
+  bool at_end() const { return at_ == bytes_.size(); }
+
+ private:
+  std::span<const std::byte> bytes_;
+  std::size_t at_ = 0;
+};
+
+}  // namespace
+
+std::vector<std::byte> ParameterServer::checkpoint() const {
+  DTL_REQUIRE_ARG(deferred_.empty() && pending_.empty(), "ParameterServer::checkpoint", "this",
+                  "has steps in flight; checkpoint between runs, when every step is applied");
+  std::vector<std::byte> out;
+  put(out, kMagic, sizeof kMagic);
+  // TODO(student): Append, as the file header lays out: first_key_, end_key_, W, version_, the
+  //   consistency (int32 each); every clock and every lost flag (int32); the values;
+  //   then per key a has-momentum int32 and, if set, the momentum floats
+  //   (sgd_[i].momentum(), undefined when momentum is 0).
+  throw dtl::NotImplemented("ParameterServer::checkpoint");
+  return out;
+}
+
+void ParameterServer::restore(std::span<const std::byte> bytes) {
+  Reader in(bytes);
+  char magic[8] = {};
+  in.get(magic, sizeof magic);
+  DTL_REQUIRE_ARG(std::memcmp(magic, kMagic, sizeof magic) == 0, "ParameterServer::restore", "bytes",
+                  "do not start with the checkpoint's magic \"DTLPS09\"");
+  // TODO(student): Read the header back and refuse (InvalidArgument naming "bytes") a checkpoint of
+  //   another key range, worker count or consistency model; then the clocks and lost flags
+  //   (clock_.assign), the version, the values, and each key's momentum (copy into
+  //   sgd_[i].momentum()'s span; refuse a mismatch of has-momentum); nothing may be left over.
+  throw dtl::NotImplemented("ParameterServer::restore");
+}
+
+}  // namespace dtl::lab09

@@ -1,0 +1,52 @@
+// Lab 09, task B: the vector clock and the consistency models' read rule.
+//
+// What this file teaches: one integer per worker is all a server needs to
+// know how far behind the slowest worker is, and each consistency model is one
+// comparison against it. See Note [Vector clock] and Note [Consistency models]
+// in lab09/parameter_server.h.
+//
+//     clocks {3, 5, 4}, all live   min 3
+//     worker 1 at clock 5 pulls:   BSP needs version >= 5, SSP(s=2) >= 3, ASP nothing
+//     worker 0 lost                min 4 (the lost worker no longer holds anyone back)
+#include <algorithm>
+#include <string>
+
+#include "harness/error.h"
+#include "lab09/parameter_server.h"
+
+namespace dtl::lab09 {
+
+VectorClock::VectorClock(int workers) {
+  DTL_REQUIRE_ARG(workers >= 1, "VectorClock", "workers", "is " + std::to_string(workers) + "; at least 1");
+  clocks_.assign(static_cast<std::size_t>(workers), 0);
+  lost_.assign(static_cast<std::size_t>(workers), false);
+}
+
+int VectorClock::tick(int worker) {
+  DTL_REQUIRE_ARG(worker >= 0 && worker < workers(), "VectorClock::tick", "worker",
+                  "is " + std::to_string(worker) + "; it must be in [0, " + std::to_string(workers()) + ")");
+  DTL_REQUIRE_ARG(!lost_[static_cast<std::size_t>(worker)], "VectorClock::tick", "worker",
+                  std::to_string(worker) + " was lost; a lost worker's clock no longer moves");
+  // TODO(student): One more completed step for this worker; return its new clock.
+  throw dtl::NotImplemented("VectorClock::tick");
+}
+
+void VectorClock::lose(int worker) {
+  DTL_REQUIRE_ARG(worker >= 0 && worker < workers(), "VectorClock::lose", "worker",
+                  "is " + std::to_string(worker) + "; it must be in [0, " + std::to_string(workers()) + ")");
+  // TODO(student): Mark it lost (its clock stays as it was, for the record).
+  throw dtl::NotImplemented("VectorClock::lose");
+}
+
+int VectorClock::min() const {
+  // TODO(student): The smallest clock of a live worker; if every worker is lost, the largest clock
+  //   (nobody holds the others back any more).
+  throw dtl::NotImplemented("VectorClock::min");
+}
+
+bool VectorClock::may_read(Consistency model, int staleness, int clock, int version) {
+  // TODO(student): BSP: version >= clock. SSP: version >= clock - staleness. ASP: always.
+  throw dtl::NotImplemented("VectorClock::may_read");
+}
+
+}  // namespace dtl::lab09

@@ -1,0 +1,241 @@
+// Lab 09, task C: one parameter server.
+//
+// What this file teaches: a server is an event loop. It never knows what comes
+// next, so it receives from anyone (MPI_ANY_SOURCE, MPI_ANY_TAG), handles each
+// message in arrival order, and keeps what it cannot answer yet (a pull that
+// is too early) until the clocks move. Everything a consistency model decides
+// happens in two places: when a step's update may be applied
+// (apply_ready_steps()) and when a pull may be answered (answer_ready_pulls()).
+//
+// Server s, per worker w, per step t (BSP/SSP):
+//
+//     kPush(k, t) x (our keys)   ->  pending_[t - version_][w]  (copied, not applied)
+//     kClock(t)                  ->  clock[w] = t + 1; every step with min clock > t is applied:
+//                                    the mean over the workers who pushed it, in worker order
+//     kPull(k, c)                ->  answered now if may_read(c, version_), else deferred
+//
+// ASP applies each push on arrival (scaled by 1/W) and answers every pull at once.
+// See Note [The protocol], Note [Consistency models] and Note [Silent workers]
+// in lab09/parameter_server.h.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "harness/comm/mpi.h"
+#include "harness/error.h"
+#include "lab09/parameter_server.h"
+
+namespace dtl::lab09 {
+
+ParameterServer::ParameterServer(const PsGroup& group, std::span<const float> initial)
+    : group_(&group), clock_(group.workers()) {
+  DTL_REQUIRE_ARG(group.is_server(), "ParameterServer", "group",
+                  "rank " + std::to_string(group.comm().rank()) + " is a worker (servers are ranks 0 .. " +
+                      std::to_string(group.servers() - 1) + ")");
+  const std::vector<std::int64_t>& offsets = group.key_offsets();
+  DTL_REQUIRE_ARG(static_cast<std::int64_t>(initial.size()) == offsets.back(), "ParameterServer", "initial",
+                  "has " + std::to_string(initial.size()) + " floats; the keys hold " + std::to_string(offsets.back()));
+  server_ = group.comm().rank();
+  first_key_ = group.bounds()[static_cast<std::size_t>(server_)];
+  end_key_ = group.bounds()[static_cast<std::size_t>(server_) + 1];
+  base_ = offsets[static_cast<std::size_t>(first_key_)];
+  values_.assign(initial.begin() + base_, initial.begin() + offsets[static_cast<std::size_t>(end_key_)]);
+  for (int k = first_key_; k < end_key_; ++k) sgd_.emplace_back(group.options().sgd, group.key_sizes()[k]);
+  last_heard_.assign(static_cast<std::size_t>(group.workers()), 0.0);
+  done_.assign(static_cast<std::size_t>(group.workers()), false);
+}
+
+// ---------------------------------------------------------------------------
+// Sending (replies never block the loop: Isend from a buffer kept until done)
+// ---------------------------------------------------------------------------
+
+void ParameterServer::send(int worker, int tag, std::vector<std::byte> bytes) {
+  send_buffers_.push_back(std::move(bytes));  // moving a vector keeps its storage: the pointer stays valid
+  send_requests_.push_back(MPI_REQUEST_NULL);
+  DTL_MPI_CHECK(MPI_Isend(send_buffers_.back().data(), static_cast<int>(send_buffers_.back().size()), MPI_BYTE,
+                          group_->servers() + worker, tag, group_->comm(), &send_requests_.back()));
+}
+
+void ParameterServer::complete_sends() {
+  for (std::size_t i = 0; i < send_requests_.size();) {
+    int done = 0;
+    DTL_MPI_CHECK(MPI_Test(&send_requests_[i], &done, MPI_STATUS_IGNORE));
+    if (done) {
+      send_requests_.erase(send_requests_.begin() + static_cast<std::ptrdiff_t>(i));
+      send_buffers_.erase(send_buffers_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
+void ParameterServer::reply(int worker, int key, int clock) {
+  const std::int64_t begin = group_->key_offsets()[static_cast<std::size_t>(key)] - base_;
+  const std::int64_t count = group_->key_sizes()[static_cast<std::size_t>(key)];
+  Message m;
+  m.a = key;
+  m.b = version_;
+  m.c = kOk;
+  m.values.assign(values_.begin() + begin, values_.begin() + begin + count);
+  send(worker, kReply + key, encode(m));
+  events_.push_back({EventKind::kPull, worker, clock, version_, clock_.min(), key, 0});
+}
+
+void ParameterServer::reply_failed(int worker, int key, const std::string& why) {
+  Message m;
+  m.a = key;
+  m.b = version_;
+  m.c = kFailed;
+  m.text = why;
+  send(worker, kReply + key, encode(m));
+}
+
+bool ParameterServer::waiting_here(int worker) const {
+  return std::any_of(deferred_.begin(), deferred_.end(), [&](const Pending& p) { return p.worker == worker; });
+}
+
+// ---------------------------------------------------------------------------
+// The loop
+// ---------------------------------------------------------------------------
+
+ServerReport ParameterServer::run() {
+  const MPI_Comm comm = group_->comm();
+  const int W = group_->workers();
+  std::fill(last_heard_.begin(), last_heard_.end(), MPI_Wtime());
+  std::fill(done_.begin(), done_.end(), false);
+  // TODO(student): Until every worker is done or lost: MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG); if a
+  //   message is there, MPI_Get_count its bytes, MPI_Recv it and handle() it. Otherwise
+  //   complete_sends(), find_lost_workers(MPI_Wtime()) and sleep a few microseconds
+  //   (the workers need the cores). Then wait (up to the timeout) for the replies in flight.
+  throw dtl::NotImplemented("ParameterServer::run");
+  if (!send_requests_.empty()) {
+    const std::size_t left = send_requests_.size();
+    for (MPI_Request& r : send_requests_) MPI_Request_free(&r);  // MPI may still read the buffers:
+    for (std::vector<std::byte>& b : send_buffers_) new std::vector<std::byte>(std::move(b));  // NOLINT: leaked
+    send_requests_.clear();
+    send_buffers_.clear();
+    throw TimeoutError("server " + std::to_string(server_) + ": " + std::to_string(left) +
+                       " replies were still not received by their workers " +
+                       std::to_string(group_->options().timeout_seconds) + " s after every worker finished");
+  }
+  report_.version = version_;
+  return report_;
+}
+
+void ParameterServer::handle(int source, int tag, std::span<const std::byte> bytes) {
+  const int worker = source - group_->servers();
+  if (worker < 0) {
+    throw Error("server " + std::to_string(server_) + ": a message with tag " + std::to_string(tag) +
+                " from rank " + std::to_string(source) + ", which is a server, not a worker");
+  }
+  last_heard_[static_cast<std::size_t>(worker)] = MPI_Wtime();
+  const Message m = decode(bytes, tag == kPush ? (bytes.size() - 16) / sizeof(float) : 0);
+  if (!clock_.live(worker)) {
+    // A worker presumed dead spoke again (it was only slow). It is not taken back:
+    // its gradients are ignored and its pulls refused, until it says it is done.
+    if (tag == kDone) done_[static_cast<std::size_t>(worker)] = true;
+    if (tag == kPull) {
+      reply_failed(worker, m.a, "worker " + std::to_string(worker) + " was presumed dead by server " +
+                                    std::to_string(server_) + " (silent for longer than the timeout) and is no longer served");
+    }
+    return;
+  }
+  switch (tag) {
+    case kPush: on_push(worker, m); break;
+    case kClock: on_clock(worker, m); break;
+    case kPull: on_pull(worker, m); break;
+    case kDone: done_[static_cast<std::size_t>(worker)] = true; break;
+    case kHeartbeat: break;  // last_heard_ is all it is for
+    default:
+      throw Error("server " + std::to_string(server_) + ": unknown tag " + std::to_string(tag) + " from worker " +
+                  std::to_string(worker));
+  }
+}
+
+void ParameterServer::on_push(int worker, const Message& m) {
+  const int key = m.a, step = m.b;
+  if (key < first_key_ || key >= end_key_ ||
+      static_cast<std::int64_t>(m.values.size()) != group_->key_sizes()[static_cast<std::size_t>(key)]) {
+    throw Error("server " + std::to_string(server_) + " (keys [" + std::to_string(first_key_) + ", " +
+                std::to_string(end_key_) + ")): worker " + std::to_string(worker) + " pushed key " +
+                std::to_string(key) + " with " + std::to_string(m.values.size()) + " floats");
+  }
+  events_.push_back({EventKind::kPush, worker, clock_.at(worker), version_, clock_.min(), key, step});
+  if (report_.failed) return;  // BSP lost a worker: nothing is applied any more
+  const std::int64_t begin = group_->key_offsets()[static_cast<std::size_t>(key)] - base_;
+  // TODO(student): ASP: apply it now: the gradient times 1/W (a float), sgd_[key - first_key_].step() on
+  //   the key's values; log an EventKind::kApply (worker, version_).
+  //   BSP/SSP: the step must not be applied yet (step >= version_, else throw naming the
+  //   worker, key and step). Keep it in pending_[step - version_][worker] (grow pending_ as
+  //   needed; a worker's entry holds our whole range, sized on its first push), at the key's
+  //   offset in our range (begin).
+  throw dtl::NotImplemented("ParameterServer::on_push");
+}
+
+void ParameterServer::on_clock(int worker, const Message& m) {
+  if (m.a != clock_.at(worker)) {
+    throw Error("server " + std::to_string(server_) + ": worker " + std::to_string(worker) + " ended step " +
+                std::to_string(m.a) + " but its clock is " + std::to_string(clock_.at(worker)));
+  }
+  // TODO(student): Tick the worker's clock, log an EventKind::kClock (clock = its new clock), then
+  //   apply_ready_steps() and answer_ready_pulls(): a clock is what lets both move.
+  throw dtl::NotImplemented("ParameterServer::on_clock");
+}
+
+void ParameterServer::on_pull(int worker, const Message& m) {
+  const int key = m.a, clock = m.b;
+  if (key < first_key_ || key >= end_key_) {
+    throw Error("server " + std::to_string(server_) + " (keys [" + std::to_string(first_key_) + ", " +
+                std::to_string(end_key_) + ")): worker " + std::to_string(worker) + " pulled key " +
+                std::to_string(key));
+  }
+  if (report_.failed) {
+    reply_failed(worker, key, report_.error);
+    return;
+  }
+  // TODO(student): Answer now (reply()) if VectorClock::may_read(model, staleness, clock, version_),
+  //   else keep it in deferred_.
+  throw dtl::NotImplemented("ParameterServer::on_pull");
+}
+
+void ParameterServer::apply_ready_steps() {
+  // TODO(student): ASP: version_ = the clock's minimum; nothing else (pushes were applied on arrival).
+  //   BSP/SSP: while the minimum > version_: step t = version_ is complete. Its gradient is
+  //   the mean over the workers whose clock > t (they pushed it; a lost worker's too if it
+  //   had), summed in worker order (float, deterministic), divided by their count. One
+  //   sgd_ step per key over its part of the range; ++version_; drop pending_'s front; log
+  //   an EventKind::kApply (version = the new version_).
+  throw dtl::NotImplemented("ParameterServer::apply_ready_steps");
+}
+
+void ParameterServer::answer_ready_pulls() {
+  // TODO(student): Every deferred pull that may_read() now is answered (reply()) and removed; the others stay,
+  //   in arrival order.
+  throw dtl::NotImplemented("ParameterServer::answer_ready_pulls");
+}
+
+void ParameterServer::find_lost_workers(double now) {
+  const double timeout = group_->options().timeout_seconds;
+  for (int w = 0; w < clock_.workers(); ++w) {
+    const double silent = now - last_heard_[static_cast<std::size_t>(w)];
+    // TODO(student): A worker that is live, not done, has no pull waiting here (waiting_here()) and
+    //   has been silent for longer than the timeout is lost: lose(w, silent).
+    throw dtl::NotImplemented("ParameterServer::find_lost_workers");
+  }
+}
+
+void ParameterServer::lose(int worker, double silent_seconds) {
+  // TODO(student): clock_.lose(worker); add it to report_.lost; log an EventKind::kLost (clock = its clock).
+  //   BSP: report_.failed = true and report_.error = a sentence naming the step (its clock),
+  //   the worker, its rank, this server, the silence and why BSP cannot go on; answer every
+  //   deferred pull with reply_failed() and clear them.
+  //   SSP/ASP: the minimum may have moved: apply_ready_steps(), answer_ready_pulls().
+  throw dtl::NotImplemented("ParameterServer::lose");
+}
+
+}  // namespace dtl::lab09

@@ -1,0 +1,221 @@
+// Lab 09, task D: the worker's side — push, pull, clock — and its training loop.
+//
+// What this file teaches: a worker is a client with deadlines. It never blocks
+// in MPI_Recv: the answer to a pull may be late (the server defers it until the
+// clocks allow) or never come (the server is gone), so it polls with
+// MPI_Improbe until a deadline and then says what it was waiting for. Sends are
+// nonblocking from a kept copy, so a push never waits for the server.
+//
+// One step of worker w at clock c (See Note [The protocol]):
+//
+//     pull k for every key k            (through the engine: pulls run while forward runs,
+//                                        unit u's forward waits for unit u's keys only)
+//     forward, loss, backward           (its own rows of the step)
+//     push k for every key k            (tagged step c)
+//     clock(): kClock(c) to every server; c = c + 1
+//
+// Thread safety: the engine's threads call pull() at once for different keys.
+// Each pull matches only its own reply (source = the key's server, tag = kReply + key,
+// through MPI_Improbe/MPI_Mrecv), and the list of sends in flight is behind a mutex.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "harness/comm/mpi.h"
+#include "harness/error.h"
+#include "harness/nn/loss.h"
+#include "lab09/engine.h"
+#include "lab09/parameter_server.h"
+
+namespace dtl::lab09 {
+
+/// @brief The sends in flight of one worker, shared by the engine's threads.
+struct WorkerClient::Impl {
+  std::mutex mutex;                             ///< guards both lists
+  std::vector<MPI_Request> requests;            ///< one per send in flight
+  std::vector<std::vector<std::byte>> buffers;  ///< the bytes of each, kept until it completes
+
+  /// @brief Frees the sends that completed; the rest stay. Call with the mutex held.
+  void reap() {
+    for (std::size_t i = 0; i < requests.size();) {
+      int done = 0;
+      DTL_MPI_CHECK(MPI_Test(&requests[i], &done, MPI_STATUS_IGNORE));
+      if (done) {
+        requests.erase(requests.begin() + static_cast<std::ptrdiff_t>(i));
+        buffers.erase(buffers.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+};
+
+WorkerClient::WorkerClient(const PsGroup& group, int start_clock) : group_(&group), clock_(start_clock) {
+  DTL_REQUIRE_ARG(!group.is_server(), "WorkerClient", "group",
+                  "rank " + std::to_string(group.comm().rank()) + " is a server (workers are ranks " +
+                      std::to_string(group.servers()) + " and up)");
+  DTL_REQUIRE_ARG(start_clock >= 0, "WorkerClient", "start_clock", "is negative");
+  impl_ = new Impl;
+}
+
+WorkerClient::~WorkerClient() {
+  // A worker that went silent (or failed) may still have sends in flight; the
+  // servers drain every message, so they complete soon. Past the timeout they are
+  // freed and their buffers leaked on purpose (MPI may still read them).
+  const double deadline = MPI_Wtime() + group_->options().timeout_seconds;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    while (!impl_->requests.empty() && MPI_Wtime() < deadline) {
+      try {
+        impl_->reap();
+      } catch (...) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    for (MPI_Request& r : impl_->requests) MPI_Request_free(&r);
+    for (std::vector<std::byte>& b : impl_->buffers) new std::vector<std::byte>(std::move(b));  // NOLINT: leaked
+  }
+  delete impl_;
+}
+
+void WorkerClient::send(int dest, int tag, std::vector<std::byte> bytes) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->reap();
+  impl_->buffers.push_back(std::move(bytes));  // a moved vector keeps its storage: the pointer stays valid
+  impl_->requests.push_back(MPI_REQUEST_NULL);
+  DTL_MPI_CHECK(MPI_Isend(impl_->buffers.back().data(), static_cast<int>(impl_->buffers.back().size()), MPI_BYTE,
+                          dest, tag, group_->comm(), &impl_->requests.back()));
+}
+
+void WorkerClient::push(int key, std::span<const float> grad) {
+  const int keys = static_cast<int>(group_->key_sizes().size());
+  DTL_REQUIRE_ARG(key >= 0 && key < keys, "WorkerClient::push", "key",
+                  "is " + std::to_string(key) + "; it must be in [0, " + std::to_string(keys) + ")");
+  DTL_REQUIRE_ARG(static_cast<std::int64_t>(grad.size()) == group_->key_sizes()[static_cast<std::size_t>(key)],
+                  "WorkerClient::push", "grad",
+                  "has " + std::to_string(grad.size()) + " floats; key " + std::to_string(key) + " has " +
+                      std::to_string(group_->key_sizes()[static_cast<std::size_t>(key)]));
+  // TODO(student): A Message (a = key, b = the current clock, values = grad) to the key's server
+  //   (server_of(group bounds, key)) with tag kPush, through send().
+  throw dtl::NotImplemented("WorkerClient::push");
+}
+
+int WorkerClient::pull(int key, std::span<float> out) {
+  const int keys = static_cast<int>(group_->key_sizes().size());
+  DTL_REQUIRE_ARG(key >= 0 && key < keys, "WorkerClient::pull", "key",
+                  "is " + std::to_string(key) + "; it must be in [0, " + std::to_string(keys) + ")");
+  const std::int64_t count = group_->key_sizes()[static_cast<std::size_t>(key)];
+  DTL_REQUIRE_ARG(static_cast<std::int64_t>(out.size()) == count, "WorkerClient::pull", "out",
+                  "has " + std::to_string(out.size()) + " floats; key " + std::to_string(key) + " has " +
+                      std::to_string(count));
+  // TODO(student): Send a Message (a = key, b = clock) with tag kPull to the key's server. Then poll
+  //   MPI_Improbe(server, kReply + key) until a reply is there (sleep a few microseconds
+  //   between tries; every timeout / 4 seconds send an empty kHeartbeat to every server,
+  //   so no server takes a waiting worker for a dead one); past PsOptions::timeout_seconds
+  //   throw dtl::TimeoutError naming this
+  //   worker, its rank, the server, the key and the clock. MPI_Get_count, MPI_Mrecv, decode
+  //   the header (decode(bytes, 0)); status kFailed: throw StepFailed with its text; else
+  //   decode(bytes, count), copy the values into out and return the version (b).
+  throw dtl::NotImplemented("WorkerClient::pull");
+}
+
+void WorkerClient::clock() {
+  // TODO(student): kClock with a = the current clock to EVERY server (each keeps the vector clock),
+  //   then clock_ + 1.
+  throw dtl::NotImplemented("WorkerClient::clock");
+}
+
+void WorkerClient::finish() {
+  if (finished_) return;
+  finished_ = true;
+  // TODO(student): kDone (an empty Message) to every server, then wait (poll, under the mutex, with
+  //   Impl::reap()) until every send completed; past the timeout throw dtl::TimeoutError
+  //   naming this worker and how many sends are left.
+  throw dtl::NotImplemented("WorkerClient::finish");
+}
+
+// ---------------------------------------------------------------------------
+// The training loop
+// ---------------------------------------------------------------------------
+
+namespace {
+
+// Restores the model's pre_forward hook however the step ends.
+struct HookGuard {
+  nn::Model& model;
+  std::function<void(int)> saved;
+  explicit HookGuard(nn::Model& m) : model(m), saved(m.hooks().pre_forward) {}
+  ~HookGuard() { model.hooks().pre_forward = saved; }
+};
+
+}  // namespace
+
+TrainReport train_worker(WorkerClient& client, nn::Model& model, const BatchFn& batch, const TrainOptions& options) {
+  const std::vector<nn::Parameter*> params = model.parameters();
+  const PsGroup& group = client.group();
+  DTL_REQUIRE_ARG(params.size() == group.key_sizes().size(), "train_worker", "model",
+                  "has " + std::to_string(params.size()) + " parameter tensors; the group has " +
+                      std::to_string(group.key_sizes().size()) + " keys");
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    DTL_REQUIRE_ARG(params[k]->value.numel() == group.key_sizes()[k], "train_worker", "model",
+                    "parameter " + std::to_string(k) + " has " + std::to_string(params[k]->value.numel()) +
+                        " elements; key " + std::to_string(k) + " has " + std::to_string(group.key_sizes()[k]));
+  }
+  DTL_REQUIRE_ARG(options.steps >= 0 && options.threads >= 1, "train_worker", "options",
+                  "need steps >= 0 and threads >= 1");
+  // The keys of each unit: parameters are numbered unit by unit, in forward order.
+  std::vector<std::vector<int>> unit_keys(static_cast<std::size_t>(model.unit_count()));
+  for (int u = 0, k = 0; u < model.unit_count(); ++u) {
+    for (std::size_t i = 0; i < model.unit(u).parameters().size(); ++i) unit_keys[static_cast<std::size_t>(u)].push_back(k++);
+  }
+  const double timeout = group.options().timeout_seconds;
+  TrainReport report;
+  nn::SoftmaxCrossEntropy ce;
+  nn::Tensor x, y;
+  std::unique_ptr<Engine> engine;
+  std::vector<Var> vars;
+  if (options.overlap) {
+    engine = std::make_unique<Engine>(options.threads);
+    for (std::size_t k = 0; k < params.size(); ++k) vars.push_back(engine->new_var("key " + std::to_string(k)));
+  }
+  std::mutex version_mutex;
+  int min_version = INT_MAX;
+  for (int i = 0; i < options.steps; ++i) {
+    const int step = client.clock_value();
+    if (options.silent_from_step >= 0 && step >= options.silent_from_step) return report;  // "dead": no finish()
+    try {
+      batch(step, x, y);
+      min_version = INT_MAX;
+      // TODO(student): Pull every key into its parameter's value: with options.overlap, as engine
+      //   operations that mutate vars[k], and a pre_forward hook (HookGuard restores the
+      //   old one) that waits (Engine::wait_for, the timeout) for the unit's keys; without,
+      //   one after another. Keep the smallest version pulled (under version_mutex).
+      //   zero_grad, forward, loss (ce), backward; with overlap, wait_all. Sleep
+      //   options.delay_seconds. Push every key's gradient; clock(); record the loss and
+      //   the version; ++steps_done.
+      throw dtl::NotImplemented("train_worker");
+    } catch (const StepFailed& e) {
+      if (engine) {
+        try {
+          engine->wait_all(timeout);  // no operation may still use this step's buffers
+        } catch (...) {
+        }
+      }
+      report.error = e.what();
+      break;
+    }
+  }
+  client.finish();
+  return report;
+}
+
+}  // namespace dtl::lab09

@@ -1,0 +1,306 @@
+// What lab 09's tests share: the model and its data, the single-process SGD
+// oracle (harness/nn only: no code under test), the test's own key shards, one
+// whole parameter-server run on every rank with every error caught, the event
+// log replayed into the test's own vector clock, and tolerant comparisons.
+//
+// Roles: ranks [0, S) serve, the rest work (Note [Roles and keys]). Worker w's
+// rows at step t are rows [t B + w b, t B + (w + 1) b) of the spirals, b rows per
+// worker and B = W b, so W workers under BSP see exactly the oracle's batch of B rows.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "datasets/datasets.h"
+#include "harness/nn/layers.h"
+#include "harness/nn/loss.h"
+#include "harness/nn/model.h"
+#include "harness/nn/optim.h"
+#include "harness/testing/mpi_test.h"
+#include "lab09/engine.h"
+#include "lab09/parameter_server.h"
+
+namespace lab09_test {
+
+using dtl::testing::comm;
+namespace nn = dtl::nn;
+namespace lab09 = dtl::lab09;
+using lab09::Consistency;
+
+inline const dtl::data::Classification& spirals() {
+  static const dtl::data::Classification d = dtl::data::make_spirals(3000, 3, 0.05f, 1);
+  return d;
+}
+inline constexpr std::int64_t kTrainRows = 2400;  // the last 600 rows are never trained on
+
+/// The servers' timeout in runs where nobody is meant to go silent: far above any
+/// step here (milliseconds), and well below the grader's 60 s per test, so that a
+/// worker that stops with an exception is found lost (and named) by the servers
+/// and the run ends with an error instead of the watchdog's report.
+inline constexpr double kSafetyTimeout = 10.0;
+
+/// The model: an MLP 2 -> width -> width -> 3 (units fc0, fc1, head; six keys).
+inline nn::Model make_model(std::uint64_t seed = 3, std::int64_t width = 16) {
+  return nn::make_mlp(2, width, 3, 2, seed);
+}
+
+inline std::vector<std::int64_t> key_sizes_of(const nn::Model& model) {
+  std::vector<std::int64_t> sizes;
+  for (const nn::Parameter* p : model.parameters()) sizes.push_back(p->value.numel());
+  return sizes;
+}
+
+inline std::vector<float> values_of(const nn::Model& model) {
+  std::vector<float> out;
+  for (const nn::Parameter* p : model.parameters()) {
+    const auto s = p->value.span<float>();
+    out.insert(out.end(), s.begin(), s.end());
+  }
+  return out;
+}
+
+inline void set_values(nn::Model& model, const std::vector<float>& values) {
+  std::size_t at = 0;
+  for (nn::Parameter* p : model.parameters()) {
+    const auto s = p->value.span<float>();
+    std::copy(values.begin() + static_cast<std::ptrdiff_t>(at),
+              values.begin() + static_cast<std::ptrdiff_t>(at + s.size()), s.begin());
+    at += s.size();
+  }
+}
+
+/// Rows [first, first + rows) of the training rows (wrapping at kTrainRows).
+inline void fill_rows(std::int64_t first, std::int64_t rows, nn::Tensor& x, nn::Tensor& y) {
+  if (!x.defined() || x.shape()[0] != rows) {
+    x = nn::Tensor::zeros({rows, 2}, nn::DType::kF32, nn::MemoryCategory::kOther);
+    y = nn::Tensor::zeros({rows}, nn::DType::kI32, nn::MemoryCategory::kOther);
+  }
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t row = (first + r) % kTrainRows;
+    x.data<float>()[2 * r] = spirals().x[static_cast<std::size_t>(2 * row)];
+    x.data<float>()[2 * r + 1] = spirals().x[static_cast<std::size_t>(2 * row + 1)];
+    y.data<std::int32_t>()[r] = spirals().y[static_cast<std::size_t>(row)];
+  }
+}
+
+/// Worker w's batch function: b rows per worker, W workers.
+inline lab09::BatchFn worker_batches(int worker, int workers, std::int64_t rows) {
+  return [=](int step, nn::Tensor& x, nn::Tensor& y) {
+    fill_rows(static_cast<std::int64_t>(step) * rows * workers + worker * rows, rows, x, y);
+  };
+}
+
+/// The oracle: one process, the whole batch of B rows per step, nn::Sgd over the flat values.
+inline std::vector<float> run_oracle(int steps, std::int64_t global_rows, const nn::SgdOptions& sgd_options,
+                                     std::uint64_t seed = 3) {
+  nn::Model model = make_model(seed);
+  const std::vector<nn::Parameter*> params = model.parameters();
+  const nn::Tensor values = nn::flatten_values(params);
+  const nn::Tensor grads = nn::flatten_grads(params);
+  nn::Sgd sgd(sgd_options, values.numel());
+  nn::SoftmaxCrossEntropy ce;
+  nn::Tensor x, y;
+  for (int step = 0; step < steps; ++step) {
+    fill_rows(static_cast<std::int64_t>(step) * global_rows, global_rows, x, y);
+    model.zero_grad();
+    ce.forward(model.forward(x), y);
+    model.backward(ce.backward());
+    sgd.step(values.span<float>(), grads.span<float>());
+  }
+  return values_of(model);
+}
+
+/// Held-out accuracy of a model with these flat values (the last 600 rows).
+inline double accuracy_of(const std::vector<float>& values) {
+  nn::Model model = make_model();
+  set_values(model, values);
+  const std::int64_t rows = 600;
+  nn::Tensor x = nn::Tensor::zeros({rows, 2}, nn::DType::kF32, nn::MemoryCategory::kOther);
+  nn::Tensor y = nn::Tensor::zeros({rows}, nn::DType::kI32, nn::MemoryCategory::kOther);
+  dtl::data::copy_rows(spirals(), kTrainRows, x.span<float>(), y.span<std::int32_t>());
+  nn::SoftmaxCrossEntropy ce;
+  ce.forward(model.forward(x), y);
+  return static_cast<double>(ce.correct()) / static_cast<double>(rows);
+}
+
+/// The test's own shard: S ranges of (nearly) equal key counts, never shard_keys().
+inline std::vector<int> even_bounds(int keys, int servers) {
+  std::vector<int> b;
+  for (int s = 0; s <= servers; ++s) b.push_back(s * keys / servers);
+  return b;
+}
+
+/// What one rank did in a run.
+struct PsRun {
+  bool server = false;
+  int workers = 0;
+  std::vector<float> values;             // server: its range after run()
+  std::int64_t first = 0;                // server: where its range starts in the flat buffer
+  lab09::ServerReport report;            // server
+  std::vector<lab09::Event> events;      // server
+  lab09::TrainReport train;              // worker
+  std::string error;                     // any exception, with its text
+  std::vector<std::byte> checkpoint;     // server, when asked for
+};
+
+/// Per worker: its TrainOptions (the default: `steps`, no delay, no fault).
+using WorkerSetup = std::function<lab09::TrainOptions(int worker)>;
+
+struct RunSpec {
+  lab09::PsOptions options;
+  int steps = 5;
+  std::int64_t rows = 8;                          // b, per worker
+  WorkerSetup setup;                              // empty: every worker TrainOptions{steps}, overlap off
+  int start_clock = 0;                            // a restored run's clock
+  const std::vector<std::byte>* restore = nullptr;  // server: restore() this first (its own rank's)
+  bool take_checkpoint = false;
+};
+
+/// One parameter-server run on comm(): every rank builds the same model, servers
+/// serve, workers train. Every exception is caught and kept (no rank leaves early).
+inline PsRun run_ps(const RunSpec& spec) {
+  PsRun run;
+  nn::Model model = make_model();
+  const std::vector<std::int64_t> sizes = key_sizes_of(model);
+  try {
+    lab09::PsGroup group(comm(), spec.options, sizes,
+                         even_bounds(static_cast<int>(sizes.size()), spec.options.servers));
+    run.workers = group.workers();
+    if (group.is_server()) {
+      run.server = true;
+      const std::vector<float> initial = values_of(model);
+      lab09::ParameterServer server(group, initial);
+      if (spec.restore != nullptr) server.restore(*spec.restore);
+      run.report = server.run();
+      run.values.assign(server.values().begin(), server.values().end());
+      run.first = group.key_offsets()[static_cast<std::size_t>(group.bounds()[static_cast<std::size_t>(comm().rank())])];
+      run.events = server.events();
+      if (spec.take_checkpoint) run.checkpoint = server.checkpoint();
+    } else {
+      lab09::TrainOptions t;
+      t.steps = spec.steps;
+      t.overlap = false;
+      if (spec.setup) t = spec.setup(group.worker_index());
+      lab09::WorkerClient client(group, spec.start_clock);
+      run.train = lab09::train_worker(client, model,
+                                      worker_batches(group.worker_index(), group.workers(), spec.rows), t);
+    }
+  } catch (const std::exception& e) {
+    run.error = e.what();
+  }
+  return run;
+}
+
+/// The whole model's values after a run, on every rank (collective): the servers' ranges in order.
+inline std::vector<float> gather_values(const PsRun& run, std::int64_t total) {
+  std::vector<float> mine(static_cast<std::size_t>(total), 0.0f);
+  if (run.server && run.error.empty() && run.first + static_cast<std::int64_t>(run.values.size()) <= total) {
+    std::copy(run.values.begin(), run.values.end(), mine.begin() + run.first);
+  }
+  std::vector<float> all(mine.size());
+  DTL_MPI_CHECK(MPI_Allreduce(mine.data(), all.data(), static_cast<int>(mine.size()), MPI_FLOAT, MPI_SUM, comm()));
+  return all;  // each element has exactly one nonzero contributor: the sum is exact
+}
+
+/// |got - want| <= 2e-5 + 1e-4 |want| elementwise, naming the first element that is not.
+inline ::testing::AssertionResult close_to(const std::vector<float>& want, const std::vector<float>& got,
+                                           const std::string& what, std::int64_t offset = 0) {
+  const int rank = comm().rank();
+  if (want.size() != got.size()) {
+    return ::testing::AssertionFailure() << "rank " << rank << ": " << what << " has " << got.size()
+                                         << " elements, expected " << want.size();
+  }
+  std::size_t wrong = 0, first = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (!(std::fabs(got[i] - want[i]) <= 2e-5 + 1e-4 * std::fabs(want[i]))) {
+      if (wrong++ == 0) first = i;
+    }
+  }
+  if (wrong == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "rank " << rank << ": " << what << ", element "
+                                       << static_cast<std::int64_t>(first) + offset << " of the flat model: expected "
+                                       << want[first] << " (one process, SGD on the whole batch) got " << got[first]
+                                       << " (" << wrong << " of " << want.size() << " elements differ)";
+}
+
+/// The oracle's part for one server's range.
+inline std::vector<float> slice(const std::vector<float>& all, std::int64_t first, std::size_t count) {
+  return std::vector<float>(all.begin() + first, all.begin() + first + static_cast<std::ptrdiff_t>(count));
+}
+
+/// Replays a server's log with the test's own vector clock and checks, at every
+/// answered pull, that the reader's clock is at most `bound` ahead of the slowest
+/// live worker (bound < 0: no check), that the version answered is the number of
+/// steps applied so far, and that no clock goes backwards or skips.
+inline ::testing::AssertionResult log_respects_bound(const std::vector<lab09::Event>& events, int workers, int bound,
+                                                     int start_clock = 0) {
+  std::vector<int> clock(static_cast<std::size_t>(workers), start_clock);
+  std::vector<bool> lost(static_cast<std::size_t>(workers), false);
+  int applied = start_clock, pulls = 0;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const lab09::Event& e = events[i];
+    const std::string at = "rank " + std::to_string(comm().rank()) + ": event " + std::to_string(i) + " of the log";
+    if (e.worker >= workers) return ::testing::AssertionFailure() << at << " names worker " << e.worker;
+    switch (e.kind) {
+      case lab09::EventKind::kClock:
+        if (e.clock != clock[static_cast<std::size_t>(e.worker)] + 1) {
+          return ::testing::AssertionFailure() << at << ": worker " << e.worker << "'s clock went from "
+                                               << clock[static_cast<std::size_t>(e.worker)] << " to " << e.clock;
+        }
+        clock[static_cast<std::size_t>(e.worker)] = e.clock;
+        break;
+      case lab09::EventKind::kLost: lost[static_cast<std::size_t>(e.worker)] = true; break;
+      case lab09::EventKind::kApply: ++applied; break;
+      case lab09::EventKind::kPull: {
+        ++pulls;
+        int slowest = -1;
+        for (int w = 0; w < workers; ++w) {
+          if (!lost[static_cast<std::size_t>(w)] && (slowest < 0 || clock[static_cast<std::size_t>(w)] < slowest)) {
+            slowest = clock[static_cast<std::size_t>(w)];
+          }
+        }
+        if (bound >= 0 && slowest >= 0 && e.clock - slowest > bound) {
+          return ::testing::AssertionFailure()
+                 << at << ": worker " << e.worker << " at clock " << e.clock << " got key " << e.key
+                 << " while the slowest worker's clock was " << slowest << " (" << e.clock - slowest
+                 << " steps ahead; the bound is " << bound << ")";
+        }
+        if (bound >= 0 && e.version != applied) {
+          return ::testing::AssertionFailure() << at << ": a pull was answered with version " << e.version
+                                               << " after " << applied << " applied steps";
+        }
+        if (bound >= 0 && e.clock - e.version > bound) {
+          return ::testing::AssertionFailure() << at << ": worker " << e.worker << " at clock " << e.clock
+                                               << " got version " << e.version << " (" << e.clock - e.version
+                                               << " steps stale; the bound is " << bound << ")";
+        }
+        break;
+      }
+      case lab09::EventKind::kPush: break;
+    }
+  }
+  if (pulls == 0) return ::testing::AssertionFailure() << "rank " << comm().rank() << ": the log has no answered pull";
+  return ::testing::AssertionSuccess();
+}
+
+/// Skips a parameter-server test at one rank (there is no parameter server; PsErrors covers it).
+#define LAB09_NEEDS_TWO_RANKS()                                                               \
+  do {                                                                                        \
+    if (comm().size() < 2) GTEST_SKIP() << "a parameter server needs 2 ranks (PsErrors checks 1)"; \
+  } while (0)
+
+/// Server counts to try at this rank count: 1, and 2 when a worker is left.
+inline std::vector<int> server_counts() {
+  std::vector<int> s{1};
+  if (comm().size() >= 3) s.push_back(2);
+  return s;
+}
+
+}  // namespace lab09_test
