@@ -9,6 +9,9 @@
                      all three work on lab 01 unless given lab="02" (LABS lists
                      each lab's folder and which file holds which function);
   temp_folder()      a test class's temporary folder, removed after its tests;
+  grade_kept()       grades a lab's reference with --keep for a test class, so
+                     that its tests can change the graded tree, rebuild_kept()
+                     the student test program and run_kept_tests() it;
   GraderAssertions   checks on a run's JSON (Gradescope's keys and types, items
                      at full marks or at 0), mixed into the test classes.
 
@@ -21,6 +24,7 @@ temporary folders that the callers own.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -211,6 +215,48 @@ def grade(*args: str, timeout: float = GRADE_TIMEOUT, lab: str = LAB) -> GradeRu
         seconds = time.monotonic() - start
         data = json.loads(out.read_text()) if out.exists() else None
     return GradeRun(proc.returncode, proc.stdout, seconds, data)
+
+
+def grade_kept(cls, lab: str) -> None:
+    """Grades lab `lab`'s reference with --keep for a test class (call in
+    setUpClass): sets cls.graded (the GradeRun) and cls.work (the kept folder,
+    with the graded tree in tree/ and its build in build/; None when grade.py
+    printed no `kept` line). The folder is removed after the class's tests."""
+    cls.graded = grade("--reference", "--keep", lab=lab)
+    kept = re.search(r"^kept (\S+)$", cls.graded.output, re.M)
+    cls.work = Path(kept.group(1)) if kept else None
+    if cls.work is not None:
+        cls.addClassCleanup(shutil.rmtree, cls.work, True)
+
+
+def run_kept_tests(work: Path, lab: str, ranks: int, *gtest_args: str,
+                   timeout: float = 120) -> tuple[int, str, float]:
+    """Runs the student test program of lab `lab` in a kept folder (grade_kept())
+    under mpiexec at `ranks` ranks with `gtest_args`, as the grader would (its MPI
+    environment, oversubscribed, unbound). Returns the exit code, stdout+stderr
+    and the wall time; a run still going after `timeout` seconds is a test failure."""
+    from dtlgrade.process import MPI_ENV  # grader/ is on sys.path (above)
+    folder = next((ROOT / "labs").glob(f"{lab}_*")).name
+    binary = work / "build" / "labs" / folder / f"lab{lab}_student_test"
+    if not binary.is_file():
+        raise AssertionError(f"no student test program in the kept folder: {binary}")
+    cmd = [shutil.which("mpiexec") or "mpiexec", "--oversubscribe", "--bind-to", "none", "-n", str(ranks),
+           str(binary), *gtest_args]
+    env = dict(os.environ, **MPI_ENV, GTEST_COLOR="no")
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              errors="replace", timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(f"{' '.join(cmd)} did not finish within {timeout} s") from e
+    return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start
+
+
+def rebuild_kept(work: Path, lab: str) -> subprocess.CompletedProcess:
+    """Rebuilds only lab `lab`'s student test program in a kept folder, after a
+    test has changed a file of its graded tree (work/tree)."""
+    return subprocess.run(["cmake", "--build", str(work / "build"), "--target", f"lab{lab}_student_test"],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace", timeout=300)
 
 
 _reference_run: GradeRun | None = None

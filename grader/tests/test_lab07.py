@@ -4,46 +4,26 @@ not implemented yet; and a deliberately mis-ordered pipeline schedule
 (PipelineDeadlock.DISABLED_MisorderedScheduleIsReported, run from the graded
 tree's test binary) is reported by the test main's watchdog as a DEADLOCK naming
 each rank's blocked MPI_Wait on its Irecv, within seconds, never a silent hang."""
-import os
-import re
-import shutil
-import subprocess
 import sys
-import time
 import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import helpers  # noqa: E402
 
-MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl_vader_single_copy_mechanism="none",
-               GTEST_COLOR="no")
-
 
 class TestLab07Reference(helpers.GraderAssertions, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.graded = helpers.grade("--reference", "--keep", lab="07")
-        kept = re.search(r"^kept (\S+)$", cls.graded.output, re.M)
-        cls.work = Path(kept.group(1)) if kept else None
-        if cls.work is not None:
-            cls.addClassCleanup(shutil.rmtree, cls.work, True)
+        helpers.grade_kept(cls, "07")
 
     def test_full_marks(self):
         self.assertReferenceFullMarks(self.graded, 110, items=13)  # 11 public items + 2 example hidden ones
 
     def run_misordered(self, ranks: int):
         self.assertIsNotNone(self.work, "grade.py --keep printed no folder")
-        binary = self.work / "build" / "labs" / "07_pipeline" / "lab07_student_test"
-        self.assertTrue(binary.is_file(), binary)
-        mpiexec = shutil.which("mpiexec") or "mpiexec"
-        cmd = [mpiexec, "--oversubscribe", "--bind-to", "none", "-n", str(ranks), str(binary),
-               "--gtest_also_run_disabled_tests", "--gtest_filter=PipelineDeadlock.*", "--dtl_timeout=3"]
-        start = time.monotonic()
-        proc = subprocess.run(cmd, env=MPI_ENV, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              errors="replace", timeout=60)
-        return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start
+        return helpers.run_kept_tests(self.work, "07", ranks, "--gtest_also_run_disabled_tests",
+                                      "--gtest_filter=PipelineDeadlock.*", "--dtl_timeout=3", timeout=60)
 
     def test_misordered_schedule_is_a_reported_deadlock(self):
         # Stage 0 waits in B0 for the gradient of micro-batch 0 (tag 1) from stage 1;

@@ -5,20 +5,12 @@ that --keep leaves, the server is changed to answer every SSP pull at once
 (the staleness bound ignored), only the student's test program is rebuilt, and
 SSP's bound test must fail naming the worker, its clock, the slowest clock and
 the bound, while the BSP and ASP tests still pass (the fault is in SSP only)."""
-import os
-import re
-import shutil
-import subprocess
 import sys
 import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import helpers  # noqa: E402
-
-MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl_vader_single_copy_mechanism="none",
-               GTEST_COLOR="no")
 
 # The fault: on_pull answers an SSP pull whatever the clocks say.
 CHECK = "  if (VectorClock::may_read(o.consistency, o.staleness, clock, version_)) {\n"
@@ -28,23 +20,14 @@ IGNORED = "  if (o.consistency == Consistency::kSsp || VectorClock::may_read(o.c
 class TestLab09Reference(helpers.GraderAssertions, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.graded = helpers.grade("--reference", "--keep", lab="09")
-        kept = re.search(r"^kept (\S+)$", cls.graded.output, re.M)
-        cls.work = Path(kept.group(1)) if kept else None
-        if cls.work is not None:
-            cls.addClassCleanup(shutil.rmtree, cls.work, True)
+        helpers.grade_kept(cls, "09")
 
     def test_full_marks(self):
         self.assertReferenceFullMarks(self.graded, 110, items=12)  # 10 public items + 2 example hidden ones
 
     def run_tests(self, ranks: int, pattern: str):
-        binary = self.work / "build" / "labs" / "09_parameter_server" / "lab09_student_test"
-        mpiexec = shutil.which("mpiexec") or "mpiexec"
-        cmd = [mpiexec, "--oversubscribe", "--bind-to", "none", "-n", str(ranks), str(binary),
-               f"--gtest_filter={pattern}", "--dtl_timeout=60"]
-        proc = subprocess.run(cmd, env=MPI_ENV, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              errors="replace", timeout=120)
-        return proc.returncode, proc.stdout + proc.stderr
+        rc, out, _ = helpers.run_kept_tests(self.work, "09", ranks, f"--gtest_filter={pattern}", "--dtl_timeout=60")
+        return rc, out
 
     def test_ssp_ignoring_its_bound_fails_the_ssp_tests_only(self):
         self.assertIsNotNone(self.work, "grade.py --keep printed no folder")
@@ -52,9 +35,7 @@ class TestLab09Reference(helpers.GraderAssertions, unittest.TestCase):
         text = server.read_text()
         self.assertIn(CHECK, text)
         server.write_text(text.replace(CHECK, IGNORED))
-        build = subprocess.run(["cmake", "--build", str(self.work / "build"), "--target", "lab09_student_test"],
-                               stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
-                               timeout=300)
+        build = helpers.rebuild_kept(self.work, "09")
         self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
         # 4 ranks: S = 1 with W = 3 and S = 2 with W = 2 (s = 0 needs two workers to differ from BSP).
         rc, out = self.run_tests(4, "Ssp.*")

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "datasets/datasets.h"
+#include "datasets/test_data.h"
 #include "harness/bench/bench.h"
 #include "harness/comm/emulated_communicator.h"
 #include "harness/comm/mpi.h"
@@ -58,10 +59,7 @@ constexpr double kStragglerFactor = 3.0;   // worker 0's step is this many times
 constexpr std::int64_t kRows = 16;         // rows per worker and step
 const nn::SgdOptions kSgd{.lr = 0.2f, .momentum = 0.5f, .weight_decay = 0.0f};  // as the accuracy test
 
-const dtl::data::Classification& spirals() {
-  static const dtl::data::Classification d = dtl::data::make_spirals(3000, 3, 0.05f, 1);
-  return d;
-}
+using dtl::data::testing::target_spirals;  // the accuracy test's rows
 constexpr std::int64_t kTrainRows = 2400;
 
 double now() { return MPI_Wtime(); }
@@ -71,7 +69,7 @@ double held_out_accuracy(nn::Model& model) {
   if (!x.defined()) {
     x = nn::Tensor::zeros({600, 2}, nn::DType::kF32, nn::MemoryCategory::kOther);
     y = nn::Tensor::zeros({600}, nn::DType::kI32, nn::MemoryCategory::kOther);
-    dtl::data::copy_rows(spirals(), kTrainRows, x.span<float>(), y.span<std::int32_t>());
+    dtl::data::copy_rows(target_spirals(), kTrainRows, x.span<float>(), y.span<std::int32_t>());
   }
   nn::SoftmaxCrossEntropy ce;
   ce.forward(model.forward(x), y);
@@ -122,7 +120,7 @@ void train_row(benchmark::State& state, Consistency c, int staleness, int server
           x = nn::Tensor::zeros({kRows, 2}, nn::DType::kF32, nn::MemoryCategory::kOther);
           y = nn::Tensor::zeros({kRows}, nn::DType::kI32, nn::MemoryCategory::kOther);
         }
-        dtl::data::copy_rows(spirals(), (static_cast<std::int64_t>(step) * W + w) * kRows % kTrainRows,
+        dtl::data::copy_rows(target_spirals(), (static_cast<std::int64_t>(step) * W + w) * kRows % kTrainRows,
                              x.span<float>(), y.span<std::int32_t>());
       };
       const lab09::TrainReport report = lab09::train_worker(client, model, batch, t);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "datasets/datasets.h"
+#include "datasets/test_data.h"
 #include "harness/nn/layers.h"
 #include "harness/nn/loss.h"
 #include "harness/nn/model.h"
@@ -34,10 +35,7 @@ namespace nn = dtl::nn;
 namespace lab09 = dtl::lab09;
 using lab09::Consistency;
 
-inline const dtl::data::Classification& spirals() {
-  static const dtl::data::Classification d = dtl::data::make_spirals(3000, 3, 0.05f, 1);
-  return d;
-}
+using dtl::data::testing::target_spirals;
 inline constexpr std::int64_t kTrainRows = 2400;  // the last 600 rows are never trained on
 
 /// The servers' timeout in runs where nobody is meant to go silent: far above any
@@ -84,9 +82,9 @@ inline void fill_rows(std::int64_t first, std::int64_t rows, nn::Tensor& x, nn::
   }
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t row = (first + r) % kTrainRows;
-    x.data<float>()[2 * r] = spirals().x[static_cast<std::size_t>(2 * row)];
-    x.data<float>()[2 * r + 1] = spirals().x[static_cast<std::size_t>(2 * row + 1)];
-    y.data<std::int32_t>()[r] = spirals().y[static_cast<std::size_t>(row)];
+    x.data<float>()[2 * r] = target_spirals().x[static_cast<std::size_t>(2 * row)];
+    x.data<float>()[2 * r + 1] = target_spirals().x[static_cast<std::size_t>(2 * row + 1)];
+    y.data<std::int32_t>()[r] = target_spirals().y[static_cast<std::size_t>(row)];
   }
 }
 
@@ -124,7 +122,7 @@ inline double accuracy_of(const std::vector<float>& values) {
   const std::int64_t rows = 600;
   nn::Tensor x = nn::Tensor::zeros({rows, 2}, nn::DType::kF32, nn::MemoryCategory::kOther);
   nn::Tensor y = nn::Tensor::zeros({rows}, nn::DType::kI32, nn::MemoryCategory::kOther);
-  dtl::data::copy_rows(spirals(), kTrainRows, x.span<float>(), y.span<std::int32_t>());
+  dtl::data::copy_rows(target_spirals(), kTrainRows, x.span<float>(), y.span<std::int32_t>());
   nn::SoftmaxCrossEntropy ce;
   ce.forward(model.forward(x), y);
   return static_cast<double>(ce.correct()) / static_cast<double>(rows);
