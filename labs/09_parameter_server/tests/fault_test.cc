@@ -1,9 +1,9 @@
 // Lab 09: faults and checkpoints (tasks C, D and E).
 //
 // A silent worker (TrainOptions::silent_from_step: it stops all traffic, as if
-// dead, and only joins the others again at the test's end; See Note [Silent
-// workers] for why a real kill is not used under Open MPI) must be found by the
-// servers' timeout. SSP and ASP go on without it and finish every step; BSP
+// dead, and only joins the others again at the test's end; Note [Silent
+// workers] says why a real kill is not used here, and kill_check.cc does one)
+// must be found by the servers' timeout. SSP and ASP go on without it and finish every step; BSP
 // fails the step it can no longer complete, and every live worker reports an
 // error naming the lost worker's rank and the step. Nothing here measures time:
 // the timeout only bounds how long the test takes.

@@ -150,12 +150,15 @@ namespace dtl::lab09 {
 // ~~~~~~~~~~~~~~~~~~~~~
 // Under Open MPI 4.1 (no ULFM), a process that really dies makes mpirun abort
 // the whole job: the runtime sees a child exit without MPI_Finalize and kills
-// every rank; MPI offers no way to go on without it. Fault-tolerant MPI (ULFM's
+// every rank (unless mpirun --enable-recovery), and nothing collective can
+// complete without it. Fault-tolerant MPI (ULFM's
 // MPI_Comm_revoke/MPI_Comm_shrink) or elastic frameworks (torchelastic, Horovod
 // elastic: restart the survivors from a checkpoint with a new world) handle real
 // deaths. This lab models the part a parameter server decides for itself: a
 // worker that goes silent (TrainOptions::silent_from_step: it stops all traffic
-// from that step on, as if dead, and only rejoins at the test's end).
+// from that step on, as if dead, and only rejoins at the test's end). A server
+// cannot tell the two apart; tests/kill_check.cc kills a worker for real, under
+// --enable-recovery, and checks the same outcomes.
 //
 // A server presumes worker w dead when w is not done, has no pull waiting at
 // this server, and nothing came from it for timeout_seconds. A worker that waits
