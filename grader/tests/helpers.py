@@ -8,6 +8,8 @@
                      per process for the plain reference and shares the result;
                      all three work on lab 01 unless given lab="02" (LABS lists
                      each lab's folder and which file holds which function);
+  mutated_body()     the reference's solution of a function with a few exact
+                     text changes: a deliberate fault for make_submission();
   temp_folder()      a test class's temporary folder, removed after its tests;
   grade_kept()       grades a lab's reference with --keep for a test class, so
                      that its tests can change the graded tree, rebuild_kept()
@@ -130,6 +132,20 @@ def reference_body(function: str, lab: str = LAB) -> str:
     if not match:
         raise ValueError(f"no BEGIN SOLUTION({function}) block")
     return match.group("body")
+
+
+def mutated_body(function: str, lab: str, *changes: tuple[str, str]) -> str:
+    """The reference's solution of `function` in lab `lab` with each (old, new) of
+    `changes` applied in turn: a deliberate fault that follows the reference
+    wherever else it changes. Raises ValueError naming the text if an `old` does
+    not stand exactly once in the body (the reference changed under the test)."""
+    body = reference_body(function, lab)
+    for old, new in changes:
+        if body.count(old) != 1:
+            raise ValueError(f"the reference's {function} (lab {lab}) holds {body.count(old)} copies of {old!r}, "
+                             "not 1: update the test's fault to the reference")
+        body = body.replace(old, new)
+    return body
 
 
 def make_submission(dest: Path, function: str | None = None, body: str = "", includes: tuple[str, ...] = (),

@@ -47,22 +47,11 @@ LINEAR_BROADCAST = """\
 
 # Lab 03: the reference's reduce-scatter, but the average divides the own chunk as if
 # every chunk held count / P elements: wrong only when P does not divide the count.
-AVERAGE_OF_EVEN_CHUNKS = """\
-  std::vector<T> scratch(chunk_count(buf.size(), size, 0));
-  for (int step = 0; step < size - 1; ++step) {
-    const RingStep s = ring_step(rank, size, step);
-    const std::span<T> out = chunk_span(buf, size, s.send_chunk);
-    const std::span<T> in = chunk_span(buf, size, s.recv_chunk);
-    DTL_MPI_CHECK(MPI_Sendrecv(out.data(), static_cast<int>(out.size()), type, right, tag,
-                               scratch.data(), static_cast<int>(in.size()), type, left, tag, comm,
-                               MPI_STATUS_IGNORE));
-    for (std::size_t i = 0; i < in.size(); ++i) in[i] += scratch[i];
-  }
-  if (op == Op::kAvg) {
-    const std::size_t even = buf.size() / size;
-    for (T& x : buf.subspan(rank * even, even)) x /= static_cast<T>(size);
-  }
-"""
+AVERAGE_OF_EVEN_CHUNKS = helpers.mutated_body(
+    "reduce_scatter_ring", "03",
+    ("    for (T& x : chunk_span(buf, size, rank)) x /= static_cast<T>(size);\n",
+     "    const std::size_t even = buf.size() / size;\n"
+     "    for (T& x : buf.subspan(rank * even, even)) x /= static_cast<T>(size);\n"))
 
 
 def hidden_item(run: helpers.GradeRun, prefix: str) -> dict:

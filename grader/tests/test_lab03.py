@@ -22,21 +22,14 @@ def gradable(tests: list[dict]) -> list[dict]:
     return [t for t in tests if HAVE_GPU or not t["name"].startswith("Part 2 ")]
 
 # The reference's reduce-scatter with the average taken term by term, first.
-DIVIDE_FIRST = """\
-  std::vector<T> scratch(chunk_count(buf.size(), size, 0));
-  if (op == Op::kAvg) {
-    for (T& x : buf) x /= static_cast<T>(size);
-  }
-  for (int step = 0; step < size - 1; ++step) {
-    const RingStep s = ring_step(rank, size, step);
-    const std::span<T> out = chunk_span(buf, size, s.send_chunk);
-    const std::span<T> in = chunk_span(buf, size, s.recv_chunk);
-    DTL_MPI_CHECK(MPI_Sendrecv(out.data(), static_cast<int>(out.size()), type, right, tag,
-                               scratch.data(), static_cast<int>(in.size()), type, left, tag, comm,
-                               MPI_STATUS_IGNORE));
-    for (std::size_t i = 0; i < in.size(); ++i) in[i] += scratch[i];
-  }
-"""
+DIVIDE_FIRST = helpers.mutated_body(
+    "reduce_scatter_ring", "03",
+    ("    for (T& x : chunk_span(buf, size, rank)) x /= static_cast<T>(size);\n", ""),
+    ("  std::vector<T> scratch(chunk_count(buf.size(), size, 0));\n",
+     "  std::vector<T> scratch(chunk_count(buf.size(), size, 0));\n"
+     "  if (op == Op::kAvg) {\n"
+     "    for (T& x : buf) x /= static_cast<T>(size);\n"
+     "  }\n"))
 
 
 class TestLab03Reference(helpers.GraderAssertions, unittest.TestCase):
