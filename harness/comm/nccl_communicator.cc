@@ -156,6 +156,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm parent, cudaStream_t compute_stream)
       compute_(compute_stream),
       state_(std::make_shared<detail::NcclState>()) {
   state_->comm = nccl_.get();
+  DTL_NCCL_CHECK(ncclGetVersion(&nccl_version_));
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -249,11 +250,19 @@ std::unique_ptr<WorkImpl> NcclCommunicator::do_reduce_scatter(const void* send_b
   const std::size_t block_bytes = info.count * dtype_size(info.dtype);
   const auto* own_block = static_cast<const std::byte*>(send_buf) + block_bytes * static_cast<std::size_t>(rank());
   const bool in_place = recv_buf == own_block;  // NCCL's layout: no copy needed
+  // See Note [NCCL 2.28's one-rank average] in the header.
+  const bool one_rank_average = world_size() == 1 && info.op == ReduceOp::kAvg && nccl_version_ < 23000;
   return launch(info, [&](cudaStream_t side) {
     FreeAsyncLater scratch{nullptr, side};
     const void* input = in_place ? send_buf
                                  : input_copy_if_overlapping(send_buf, info.total_bytes(), recv_buf, block_bytes,
                                                              &scratch.ptr);
+    if (one_rank_average) {
+      if (input != recv_buf) {
+        DTL_CUDA_CHECK(cudaMemcpyAsync(recv_buf, input, block_bytes, cudaMemcpyDeviceToDevice, side));
+      }
+      return;
+    }
     DTL_NCCL_CHECK(
         ncclReduceScatter(input, recv_buf, info.count, nccl_type(info.dtype), nccl_op(info.op), comm, side));
   });

@@ -54,6 +54,20 @@ struct NcclState;  // what an NcclCommunicator shares with its Works
 // On one GPU the two streams share the SMs: NCCL's kernels take a few SMs, the
 // rest keep computing (this is what PyTorch's ProcessGroupNCCL does too).
 
+// Note [NCCL 2.28's one-rank average]
+// With one rank NCCL does not run its ring: it launches a small "one-rank
+// reduce" kernel that applies the reduction's scaling (PreMulSum for a
+// floating-point average, SumPostDiv for an integer one) while it copies.
+// NCCL 2.28.9 (PyTorch's wheel on the GPU host, 2026-11-27) leaves the last
+// element of an out-of-place ncclReduceScatter with ncclAvg unwritten for some
+// counts: f64 at 4099 and 65537 elements (1, 7 and 4101 were right, and so were
+// ncclSum and in-place calls, where the unwritten element already holds the
+// answer). A bare NCCL program shows it, and NCCL 2.30.7 is right on the same
+// program. The average of one rank is its input, so below NCCL 2.30 this
+// backend answers a one-rank kAvg reduce-scatter with a device-to-device copy
+// on the side stream: what NCCL itself issues for ncclSum at one rank, so it
+// costs nothing extra. harness_nccl_communicator_test_np1 covers it.
+
 /// @brief dtl::Communicator over NCCL, for device buffers: one rank per GPU.
 ///
 /// Construction is collective over the MPI communicator: gpu_placement() picks
@@ -129,6 +143,7 @@ class NcclCommunicator final : public Communicator {
                                         std::size_t recv_bytes, void** scratch);
 
   GpuPlacement placement_;  // first: NcclComm needs its device
+  int nccl_version_ = 0;    // ncclGetVersion(): e.g. 22809 for 2.28.9
   NcclComm nccl_;           // sets the device, so the stream below is created on it
   cuda::Stream side_;
   cudaStream_t compute_;

@@ -1,5 +1,7 @@
-// GPU presence and the RAII device buffer.
+// GPU presence, the RAII device buffer, and the waited-for copies (copy.h).
 #include "harness/cuda/device.h"
+
+#include "harness/cuda/copy.h"
 
 #include <utility>
 
@@ -37,6 +39,19 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     bytes_ = std::exchange(other.bytes_, 0);
   }
   return *this;
+}
+
+void copy(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return;
+  DTL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+  // See Note [Copies beside non-blocking streams] in copy.h.
+  DTL_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void zero(void* dst, std::size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return;
+  DTL_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream));
+  DTL_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 }  // namespace dtl::cuda

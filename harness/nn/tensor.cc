@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "harness/cuda/check.h"
+#include "harness/cuda/copy.h"
 #endif
 
 namespace dtl::nn {
@@ -94,7 +95,7 @@ void Storage::allocate() {
     if (device_ == Device::kCuda) {
 #ifdef DTL_HAVE_CUDA
       DTL_CUDA_CHECK(cudaMalloc(&data_, n));
-      DTL_CUDA_CHECK(cudaMemset(data_, 0, n));
+      dtl::cuda::zero(data_, n, nullptr);
 #endif
     } else if (device_ == Device::kPinnedHost && pinned_by_cuda()) {
 #ifdef DTL_HAVE_CUDA
@@ -239,7 +240,10 @@ void Tensor::copy_from(const Tensor& src) const {
     return;
   }
 #ifdef DTL_HAVE_CUDA
-  DTL_CUDA_CHECK(cudaMemcpy(raw(), src.raw(), n, cudaMemcpyDefault));
+  // Tensors carry no stream; the layers' kernels run on the legacy default stream,
+  // and a copy that has landed is safe for every stream. See Note [Copies beside
+  // non-blocking streams] in harness/cuda/copy.h.
+  dtl::cuda::copy(raw(), src.raw(), n, nullptr);
 #endif
 }
 
@@ -257,7 +261,7 @@ void Tensor::zero() const {
     return;
   }
 #ifdef DTL_HAVE_CUDA
-  DTL_CUDA_CHECK(cudaMemset(raw(), 0, static_cast<std::size_t>(bytes())));
+  dtl::cuda::zero(raw(), static_cast<std::size_t>(bytes()), nullptr);
 #endif
 }
 

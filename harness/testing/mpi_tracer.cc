@@ -184,10 +184,16 @@ std::string peer(int rank, bool source) {
 
 std::string tag_text(int tag) { return tag == MPI_ANY_TAG ? "any" : std::to_string(tag); }
 
+// The bytes of `count` elements of `type`. The tracer describes calls; it must
+// never be the one to reject them: MPI_DATATYPE_NULL is legal wherever the
+// standard says an argument is ignored (the send side of an MPI_IN_PLACE
+// collective, the receive side on non-root ranks), and PMPI_Type_size on it is an
+// error that the default handler turns into an abort. Such arguments count 0.
 std::size_t payload(int count, MPI_Datatype type) {
+  if (type == MPI_DATATYPE_NULL || count <= 0) return 0;
   int size = 0;
-  PMPI_Type_size(type, &size);
-  return static_cast<std::size_t>(count < 0 ? 0 : count) * static_cast<std::size_t>(size);
+  if (PMPI_Type_size(type, &size) != MPI_SUCCESS || size < 0) return 0;
+  return static_cast<std::size_t>(count) * static_cast<std::size_t>(size);
 }
 
 std::string send_text(const char* name, int count, MPI_Datatype type, int dest, int tag) {
@@ -570,6 +576,14 @@ static std::string bytes_arg(int count, MPI_Datatype type) {
 static std::string rooted_arg(int count, MPI_Datatype type, int root) {
   return "(root=" + std::to_string(root) + ", " + dtl::format_bytes(dtl::trace::payload(count, type)) + ")";
 }
+// The side of a send/receive pair that describes the call: the first, unless its
+// buffer is MPI_IN_PLACE (its count and type are then ignored, often
+// MPI_DATATYPE_NULL), in which case the other side says how much data moves.
+struct Side {
+  int count;
+  MPI_Datatype type;
+};
+static Side described(const void* buf, Side side, Side other) { return buf == MPI_IN_PLACE ? other : side; }
 
 int MPI_Barrier(MPI_Comm comm) { DTL_TRACE_COLLECTIVE(MPI_Barrier, "()", PMPI_Barrier(comm)); }
 
@@ -591,21 +605,24 @@ int MPI_Allreduce(const void* send_buf, void* recv_buf, int count, MPI_Datatype 
 
 int MPI_Gather(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
                int recv_count, MPI_Datatype recv_type, int root, MPI_Comm comm) {
-  DTL_TRACE_COLLECTIVE(MPI_Gather, rooted_arg(send_count, send_type, root),
+  const Side side = described(send_buf, {send_count, send_type}, {recv_count, recv_type});
+  DTL_TRACE_COLLECTIVE(MPI_Gather, rooted_arg(side.count, side.type, root),
                        PMPI_Gather(send_buf, send_count, send_type, recv_buf, recv_count, recv_type, root, comm));
 }
 
 int MPI_Gatherv(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
                 const int recv_counts[], const int displs[], MPI_Datatype recv_type, int root,
                 MPI_Comm comm) {
-  DTL_TRACE_COLLECTIVE(MPI_Gatherv, rooted_arg(send_count, send_type, root),
+  const Side side = described(send_buf, {send_count, send_type}, {0, MPI_DATATYPE_NULL});
+  DTL_TRACE_COLLECTIVE(MPI_Gatherv, rooted_arg(side.count, side.type, root),
                        PMPI_Gatherv(send_buf, send_count, send_type, recv_buf, recv_counts, displs,
                                     recv_type, root, comm));
 }
 
 int MPI_Scatter(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
                 int recv_count, MPI_Datatype recv_type, int root, MPI_Comm comm) {
-  DTL_TRACE_COLLECTIVE(MPI_Scatter, rooted_arg(recv_count, recv_type, root),
+  const Side side = described(recv_buf, {recv_count, recv_type}, {send_count, send_type});
+  DTL_TRACE_COLLECTIVE(MPI_Scatter, rooted_arg(side.count, side.type, root),
                        PMPI_Scatter(send_buf, send_count, send_type, recv_buf, recv_count, recv_type, root, comm));
 }
 
@@ -619,20 +636,23 @@ int MPI_Scatterv(const void* send_buf, const int send_counts[], const int displs
 
 int MPI_Allgather(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
                   int recv_count, MPI_Datatype recv_type, MPI_Comm comm) {
-  DTL_TRACE_COLLECTIVE(MPI_Allgather, bytes_arg(send_count, send_type),
+  const Side side = described(send_buf, {send_count, send_type}, {recv_count, recv_type});
+  DTL_TRACE_COLLECTIVE(MPI_Allgather, bytes_arg(side.count, side.type),
                        PMPI_Allgather(send_buf, send_count, send_type, recv_buf, recv_count, recv_type, comm));
 }
 
 int MPI_Allgatherv(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
                    const int recv_counts[], const int displs[], MPI_Datatype recv_type, MPI_Comm comm) {
-  DTL_TRACE_COLLECTIVE(MPI_Allgatherv, bytes_arg(send_count, send_type),
+  const Side side = described(send_buf, {send_count, send_type}, {0, MPI_DATATYPE_NULL});
+  DTL_TRACE_COLLECTIVE(MPI_Allgatherv, bytes_arg(side.count, side.type),
                        PMPI_Allgatherv(send_buf, send_count, send_type, recv_buf, recv_counts, displs,
                                        recv_type, comm));
 }
 
 int MPI_Alltoall(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
                  int recv_count, MPI_Datatype recv_type, MPI_Comm comm) {
-  DTL_TRACE_COLLECTIVE(MPI_Alltoall, bytes_arg(send_count, send_type),
+  const Side side = described(send_buf, {send_count, send_type}, {recv_count, recv_type});
+  DTL_TRACE_COLLECTIVE(MPI_Alltoall, bytes_arg(side.count, side.type),
                        PMPI_Alltoall(send_buf, send_count, send_type, recv_buf, recv_count, recv_type, comm));
 }
 
@@ -675,28 +695,32 @@ int MPI_Ireduce(const void* send_buf, void* recv_buf, int count, MPI_Datatype ty
 
 int MPI_Iallgather(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
                    int recv_count, MPI_Datatype recv_type, MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_ICOLLECTIVE(MPI_Iallgather, bytes_arg(send_count, send_type),
+  const Side side = described(send_buf, {send_count, send_type}, {recv_count, recv_type});
+  DTL_TRACE_ICOLLECTIVE(MPI_Iallgather, bytes_arg(side.count, side.type),
                        PMPI_Iallgather(send_buf, send_count, send_type, recv_buf, recv_count,
                                        recv_type, comm, request));
 }
 
 int MPI_Ialltoall(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
                   int recv_count, MPI_Datatype recv_type, MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_ICOLLECTIVE(MPI_Ialltoall, bytes_arg(send_count, send_type),
+  const Side side = described(send_buf, {send_count, send_type}, {recv_count, recv_type});
+  DTL_TRACE_ICOLLECTIVE(MPI_Ialltoall, bytes_arg(side.count, side.type),
                        PMPI_Ialltoall(send_buf, send_count, send_type, recv_buf, recv_count,
                                       recv_type, comm, request));
 }
 
 int MPI_Igather(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
                 int recv_count, MPI_Datatype recv_type, int root, MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_ICOLLECTIVE(MPI_Igather, rooted_arg(send_count, send_type, root),
+  const Side side = described(send_buf, {send_count, send_type}, {recv_count, recv_type});
+  DTL_TRACE_ICOLLECTIVE(MPI_Igather, rooted_arg(side.count, side.type, root),
                        PMPI_Igather(send_buf, send_count, send_type, recv_buf, recv_count, recv_type,
                                     root, comm, request));
 }
 
 int MPI_Iscatter(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
                  int recv_count, MPI_Datatype recv_type, int root, MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_ICOLLECTIVE(MPI_Iscatter, rooted_arg(recv_count, recv_type, root),
+  const Side side = described(recv_buf, {recv_count, recv_type}, {send_count, send_type});
+  DTL_TRACE_ICOLLECTIVE(MPI_Iscatter, rooted_arg(side.count, side.type, root),
                        PMPI_Iscatter(send_buf, send_count, send_type, recv_buf, recv_count, recv_type,
                                      root, comm, request));
 }
@@ -724,7 +748,8 @@ int MPI_Iscan(const void* send_buf, void* recv_buf, int count, MPI_Datatype type
 int MPI_Igatherv(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
                  const int recv_counts[], const int displs[], MPI_Datatype recv_type, int root, MPI_Comm comm,
                  MPI_Request* request) {
-  DTL_TRACE_ICOLLECTIVE(MPI_Igatherv, rooted_arg(send_count, send_type, root),
+  const Side side = described(send_buf, {send_count, send_type}, {0, MPI_DATATYPE_NULL});
+  DTL_TRACE_ICOLLECTIVE(MPI_Igatherv, rooted_arg(side.count, side.type, root),
                        PMPI_Igatherv(send_buf, send_count, send_type, recv_buf, recv_counts, displs, recv_type,
                                      root, comm, request));
 }
@@ -740,7 +765,8 @@ int MPI_Iscatterv(const void* send_buf, const int send_counts[], const int displ
 int MPI_Iallgatherv(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
                     const int recv_counts[], const int displs[], MPI_Datatype recv_type, MPI_Comm comm,
                     MPI_Request* request) {
-  DTL_TRACE_ICOLLECTIVE(MPI_Iallgatherv, bytes_arg(send_count, send_type),
+  const Side side = described(send_buf, {send_count, send_type}, {0, MPI_DATATYPE_NULL});
+  DTL_TRACE_ICOLLECTIVE(MPI_Iallgatherv, bytes_arg(side.count, side.type),
                        PMPI_Iallgatherv(send_buf, send_count, send_type, recv_buf, recv_counts, displs,
                                         recv_type, comm, request));
 }

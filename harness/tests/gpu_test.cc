@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "harness/cuda/check.h"
+#include "harness/cuda/copy.h"
 #include "harness/cuda/device.h"
 #include "harness/testing/mpi_test.h"
 
@@ -31,10 +32,11 @@ TEST(Gpu, SaxpyMatchesHost) {
     expected[i] = 2.0f * x[i] + y[i];  // exact: small integers
   }
   dtl::cuda::DeviceBuffer dx(n * sizeof(float)), dy(n * sizeof(float));
-  DTL_CUDA_CHECK(cudaMemcpy(dx.data(), x.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-  DTL_CUDA_CHECK(cudaMemcpy(dy.data(), y.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  // saxpy runs on the legacy default stream (null): the copies go there too.
+  dtl::cuda::upload(static_cast<float*>(dx.data()), std::span<const float>(x), nullptr);
+  dtl::cuda::upload(static_cast<float*>(dy.data()), std::span<const float>(y), nullptr);
   dtl::cuda::test::saxpy(n, 2.0f, static_cast<const float*>(dx.data()), static_cast<float*>(dy.data()));
-  DTL_CUDA_CHECK(cudaMemcpy(y.data(), dy.data(), n * sizeof(float), cudaMemcpyDeviceToHost));
+  y = dtl::cuda::download(static_cast<const float*>(dy.data()), n, nullptr);
   EXPECT_TRUE(dtl::testing::buffers_equal(expected, y, "y"));
 }
 

@@ -115,6 +115,158 @@ TEST(Tracer, DescribesTheNonblockingCollectiveAWaitIsFor) {
   EXPECT_THAT(dtl::trace::describe_self(), HasSubstr("MPI_Wait(1 request: Iallreduce(4 B))"));
 }
 
+// Every traced collective, called as the standard allows: MPI_IN_PLACE with the
+// ignored side's count and type given as 0 and MPI_DATATYPE_NULL (lab 03's IPC
+// set-up does exactly this with MPI_Allgather; the tracer once aborted on it in
+// PMPI_Type_size). Each call must reach MPI, be counted once and compute the
+// closed-form result; rank r contributes r + 1 (and, at position i, 10 * r + i).
+TEST(Tracer, AcceptsInPlaceAndNullDatatypesWhereTheStandardAllows) {
+  const int rank = comm().rank(), size = comm().size();
+  const auto up = static_cast<std::size_t>(size);
+  const int root = size - 1;
+  const int total = size * (size + 1) / 2;  // sum over ranks of r + 1
+  auto wait = [](MPI_Request request) { MPI_Wait(&request, MPI_STATUS_IGNORE); };
+  // Every rank's block i is 10 * rank + i, for the gathers and the all-to-alls.
+  auto blocks_of = [&](int owner) {
+    std::vector<int> v(up);
+    for (std::size_t i = 0; i < up; ++i) v[i] = 10 * owner + static_cast<int>(i);
+    return v;
+  };
+  dtl::trace::reset_counts();
+  for (bool blocking : {true, false}) {
+    const std::string when = blocking ? "blocking" : "nonblocking";
+    MPI_Request request = MPI_REQUEST_NULL;
+    {  // allreduce, reduce, scan, exscan: in place
+      int v = rank + 1;
+      if (blocking) MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_SUM, comm());
+      else wait((MPI_Iallreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_SUM, comm(), &request), request));
+      EXPECT_EQ(v, total) << when << " allreduce";
+      v = rank + 1;
+      int out = -1;
+      // The root reduces in place; elsewhere recv_buf is ignored.
+      const void* send = rank == root ? MPI_IN_PLACE : &v;
+      void* recv = rank == root ? &v : nullptr;
+      if (blocking) MPI_Reduce(send, recv, 1, MPI_INT, MPI_SUM, root, comm());
+      else wait((MPI_Ireduce(send, recv, 1, MPI_INT, MPI_SUM, root, comm(), &request), request));
+      if (rank == root) EXPECT_EQ(v, total) << when << " reduce";
+      v = rank + 1;
+      if (blocking) MPI_Scan(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_SUM, comm());
+      else wait((MPI_Iscan(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_SUM, comm(), &request), request));
+      EXPECT_EQ(v, (rank + 1) * (rank + 2) / 2) << when << " scan";
+      out = rank + 1;
+      if (blocking) MPI_Exscan(MPI_IN_PLACE, &out, 1, MPI_INT, MPI_SUM, comm());
+      if (blocking && rank > 0) EXPECT_EQ(out, rank * (rank + 1) / 2) << "exscan";
+    }
+    {  // reduce-scatter (block and v): in place, one int per rank
+      std::vector<int> v(up, rank + 1);
+      if (blocking) MPI_Reduce_scatter_block(MPI_IN_PLACE, v.data(), 1, MPI_INT, MPI_SUM, comm());
+      else wait((MPI_Ireduce_scatter_block(MPI_IN_PLACE, v.data(), 1, MPI_INT, MPI_SUM, comm(), &request), request));
+      EXPECT_EQ(v[0], total) << when << " reduce_scatter_block";
+      std::vector<int> ones(up, 1);
+      v.assign(up, rank + 1);
+      if (blocking) MPI_Reduce_scatter(MPI_IN_PLACE, v.data(), ones.data(), MPI_INT, MPI_SUM, comm());
+      else wait((MPI_Ireduce_scatter(MPI_IN_PLACE, v.data(), ones.data(), MPI_INT, MPI_SUM, comm(), &request), request));
+      EXPECT_EQ(v[0], total) << when << " reduce_scatter";
+    }
+    std::vector<int> counts(up, 1), displs(up);
+    for (std::size_t i = 0; i < up; ++i) displs[i] = static_cast<int>(i);
+    std::vector<int> ranks(up);
+    for (std::size_t i = 0; i < up; ++i) ranks[i] = static_cast<int>(i) + 1;
+    {  // allgather (and v): the send side is MPI_IN_PLACE, 0, MPI_DATATYPE_NULL
+      std::vector<int> v(up, -1);
+      v[static_cast<std::size_t>(rank)] = rank + 1;
+      if (blocking) MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, v.data(), 1, MPI_INT, comm());
+      else wait((MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, v.data(), 1, MPI_INT, comm(), &request), request));
+      EXPECT_EQ(v, ranks) << when << " allgather";
+      v.assign(up, -1);
+      v[static_cast<std::size_t>(rank)] = rank + 1;
+      if (blocking) {
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, v.data(), counts.data(), displs.data(), MPI_INT, comm());
+      } else {
+        wait((MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, v.data(), counts.data(), displs.data(), MPI_INT,
+                              comm(), &request),
+              request));
+      }
+      EXPECT_EQ(v, ranks) << when << " allgatherv";
+    }
+    {  // gather (and v): in place at the root; the receive side is ignored elsewhere
+      std::vector<int> v(up, -1);
+      int mine = rank + 1;
+      const bool at_root = rank == root;
+      if (at_root) v[static_cast<std::size_t>(rank)] = mine;
+      const void* send = at_root ? MPI_IN_PLACE : &mine;
+      const int send_count = at_root ? 0 : 1;
+      const MPI_Datatype send_type = at_root ? MPI_DATATYPE_NULL : MPI_INT;
+      const MPI_Datatype recv_type = at_root ? MPI_INT : MPI_DATATYPE_NULL;
+      if (blocking) MPI_Gather(send, send_count, send_type, v.data(), 1, recv_type, root, comm());
+      else wait((MPI_Igather(send, send_count, send_type, v.data(), 1, recv_type, root, comm(), &request), request));
+      if (at_root) EXPECT_EQ(v, ranks) << when << " gather";
+      v.assign(up, -1);
+      if (at_root) v[static_cast<std::size_t>(rank)] = mine;
+      if (blocking) {
+        MPI_Gatherv(send, send_count, send_type, v.data(), counts.data(), displs.data(), recv_type, root, comm());
+      } else {
+        wait((MPI_Igatherv(send, send_count, send_type, v.data(), counts.data(), displs.data(), recv_type, root,
+                           comm(), &request),
+              request));
+      }
+      if (at_root) EXPECT_EQ(v, ranks) << when << " gatherv";
+    }
+    {  // scatter (and v): in place at the root; the send side is ignored elsewhere
+      const bool at_root = rank == root;
+      std::vector<int> v = at_root ? ranks : std::vector<int>(up, -1);
+      int mine = -1;
+      void* recv = at_root ? MPI_IN_PLACE : &mine;
+      const int recv_count = at_root ? 0 : 1;
+      const MPI_Datatype recv_type = at_root ? MPI_DATATYPE_NULL : MPI_INT;
+      const MPI_Datatype send_type = at_root ? MPI_INT : MPI_DATATYPE_NULL;
+      if (blocking) MPI_Scatter(v.data(), 1, send_type, recv, recv_count, recv_type, root, comm());
+      else wait((MPI_Iscatter(v.data(), 1, send_type, recv, recv_count, recv_type, root, comm(), &request), request));
+      EXPECT_EQ(at_root ? v[static_cast<std::size_t>(rank)] : mine, rank + 1) << when << " scatter";
+      mine = -1;
+      if (blocking) {
+        MPI_Scatterv(v.data(), counts.data(), displs.data(), send_type, recv, recv_count, recv_type, root, comm());
+      } else {
+        wait((MPI_Iscatterv(v.data(), counts.data(), displs.data(), send_type, recv, recv_count, recv_type, root,
+                            comm(), &request),
+              request));
+      }
+      EXPECT_EQ(at_root ? v[static_cast<std::size_t>(rank)] : mine, rank + 1) << when << " scatterv";
+    }
+    {  // all-to-all (and v): in place; block i of rank r goes to rank i
+      std::vector<int> v = blocks_of(rank), want(up);
+      for (std::size_t i = 0; i < up; ++i) want[i] = 10 * static_cast<int>(i) + rank;
+      if (blocking) MPI_Alltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, v.data(), 1, MPI_INT, comm());
+      else wait((MPI_Ialltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, v.data(), 1, MPI_INT, comm(), &request), request));
+      EXPECT_EQ(v, want) << when << " alltoall";
+      v = blocks_of(rank);
+      if (blocking) {
+        MPI_Alltoallv(MPI_IN_PLACE, nullptr, nullptr, MPI_DATATYPE_NULL, v.data(), counts.data(), displs.data(),
+                      MPI_INT, comm());
+      } else {
+        wait((MPI_Ialltoallv(MPI_IN_PLACE, nullptr, nullptr, MPI_DATATYPE_NULL, v.data(), counts.data(),
+                             displs.data(), MPI_INT, comm(), &request),
+              request));
+      }
+      EXPECT_EQ(v, want) << when << " alltoallv";
+    }
+  }
+  // Each call was traced once (MPI_Exscan has no nonblocking twin called above).
+  const auto traced = dtl::trace::counts();
+  for (const char* name :
+       {"MPI_Allreduce", "MPI_Iallreduce", "MPI_Reduce", "MPI_Ireduce", "MPI_Scan", "MPI_Iscan", "MPI_Exscan",
+        "MPI_Reduce_scatter_block", "MPI_Ireduce_scatter_block", "MPI_Reduce_scatter", "MPI_Ireduce_scatter",
+        "MPI_Allgather", "MPI_Iallgather", "MPI_Allgatherv", "MPI_Iallgatherv", "MPI_Gather", "MPI_Igather",
+        "MPI_Gatherv", "MPI_Igatherv", "MPI_Scatter", "MPI_Iscatter", "MPI_Scatterv", "MPI_Iscatterv",
+        "MPI_Alltoall", "MPI_Ialltoall", "MPI_Alltoallv", "MPI_Ialltoallv"}) {
+    EXPECT_EQ(traced.count(name), 1) << name;
+  }
+  // And a rank stuck in one would be described by the side that moves data.
+  std::vector<int> v(up, rank);
+  MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, v.data(), 1, MPI_INT, comm());
+  EXPECT_THAT(dtl::trace::describe_self(), HasSubstr("MPI_Allgather(4 B)"));
+}
+
 // Two threads calling MPI at once (a communication thread beside the main
 // thread): the counts are exact, and neither thread's record overwrites the other's.
 TEST(Tracer, CountsCallsFromTwoThreadsExactly) {

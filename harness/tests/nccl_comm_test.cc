@@ -10,6 +10,7 @@
 #include "harness/comm/mpi.h"
 #include "harness/comm/nccl.h"
 #include "harness/cuda/check.h"
+#include "harness/cuda/copy.h"
 #include "harness/cuda/device.h"
 #include "harness/cuda/stream.h"
 #include "harness/testing/mpi_test.h"
@@ -52,10 +53,10 @@ TEST(NcclComm, AllReduceMatchesMpi) {
   MPI_Allreduce(host.data(), expected.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm());
   dtl::cuda::DeviceBuffer buf(n * sizeof(float));
   dtl::cuda::Stream stream;
-  DTL_CUDA_CHECK(cudaMemcpy(buf.data(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  auto* data = static_cast<float*>(buf.data());
+  dtl::cuda::upload(data, std::span<const float>(host), stream.get());
   DTL_NCCL_CHECK(ncclAllReduce(buf.data(), buf.data(), n, ncclFloat32, ncclSum, nccl.get(), stream.get()));
-  stream.synchronize();
-  DTL_CUDA_CHECK(cudaMemcpy(got.data(), buf.data(), n * sizeof(float), cudaMemcpyDeviceToHost));
+  got = dtl::cuda::download(data, n, stream.get());
   EXPECT_TRUE(dtl::testing::buffers_equal(expected, got, "allreduce"));
 }
 

@@ -39,12 +39,14 @@
 #include <cstdio>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "harness/bench/bench.h"
 #include "harness/comm/mpi.h"
 #include "harness/cuda/check.h"
+#include "harness/cuda/copy.h"
 #include "harness/cuda/device.h"
 #include "harness/cuda/stream.h"
 #include "lab03/ring.h"
@@ -102,8 +104,7 @@ double shared_sample(const std::function<double()>& measure) {
 void fill(float* device, std::size_t count, int seed, cudaStream_t stream) {
   std::vector<float> host(count);
   for (std::size_t i = 0; i < count; ++i) host[i] = static_cast<float>(static_cast<int>((i * 7 + seed * 13) % 33) - 16);
-  DTL_CUDA_CHECK(cudaMemcpyAsync(device, host.data(), count * sizeof(float), cudaMemcpyHostToDevice, stream));
-  DTL_CUDA_CHECK(cudaStreamSynchronize(stream));  // `host` dies at return
+  dtl::cuda::upload(device, std::span<const float>(host), stream);
 }
 
 // ---------------------------------------------------------------------------
@@ -198,7 +199,7 @@ void virtual_ring_row(benchmark::State& state, int p, std::size_t bytes) {
     stream->synchronize();
     std::vector<float> got(count);
     for (int r = 0; r < p; ++r) {
-      DTL_CUDA_CHECK(cudaMemcpy(got.data(), ptrs[0][static_cast<std::size_t>(r)], bytes, cudaMemcpyDeviceToHost));
+      got = dtl::cuda::download(ptrs[0][static_cast<std::size_t>(r)], count, stream->get());
       for (std::size_t i = 0; i < count; ++i) {
         float sum = 0;
         for (int q = 0; q < p; ++q) sum += static_cast<float>(static_cast<int>((i * 7 + q * 13) % 33) - 16);

@@ -12,11 +12,13 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "gpu_test_util.h"
 #include "harness/cuda/check.h"
+#include "harness/cuda/copy.h"
 #include "harness/cuda/device.h"
 #include "harness/cuda/stream.h"
 #include "harness/testing/mpi_test.h"
@@ -39,16 +41,16 @@ namespace lab = dtl::lab03;
   DTL_SKIP_IF_ANY(gpus == 0, "no GPU on some rank: " + why_no_gpu);             \
   DTL_CUDA_CHECK(cudaSetDevice(comm().rank() % gpus))
 
+// Host <-> device on the stream that uses the data, waited for: the one helper of
+// harness/cuda/copy.h (see its Note [Copies beside non-blocking streams]).
 template <typename T>
-std::vector<T> to_host(const void* device, std::size_t count) {
-  std::vector<T> host(count);
-  if (count > 0) DTL_CUDA_CHECK(cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost));
-  return host;
+std::vector<T> to_host(const void* device, std::size_t count, cudaStream_t stream) {
+  return dtl::cuda::download(static_cast<const T*>(device), count, stream);
 }
 
 template <typename T>
-void to_device(void* device, const std::vector<T>& host) {
-  if (!host.empty()) DTL_CUDA_CHECK(cudaMemcpy(device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+void to_device(void* device, const std::vector<T>& host, cudaStream_t stream) {
+  dtl::cuda::upload(static_cast<T*>(device), std::span<const T>(host), stream);
 }
 
 // ---------------------------------------------------------------------------
@@ -79,10 +81,10 @@ template <typename T>
     if (fused) want2[d2 + i] = v;
   }
   dtl::cuda::DeviceBuffer da(n * sizeof(T)), db(n * sizeof(T)), ddst(n * sizeof(T)), ddst2(n * sizeof(T));
-  to_device(da.data(), a);
-  to_device(db.data(), b);
-  to_device(ddst.data(), dst);
-  to_device(ddst2.data(), dst2);
+  to_device(da.data(), a, stream);
+  to_device(db.data(), b, stream);
+  to_device(ddst.data(), dst, stream);
+  to_device(ddst2.data(), dst2, stream);
   lab::ReduceCopyArgs<T> args;
   args.dst = static_cast<T*>(ddst.data()) + d;
   args.dst2 = fused ? static_cast<T*>(ddst2.data()) + d2 : nullptr;
@@ -94,9 +96,9 @@ template <typename T>
   const std::string what = "count " + std::to_string(count) + ", offsets dst " + std::to_string(d) + " a " +
                            std::to_string(a_off) + " b " + std::to_string(b_off) + " dst2 " + std::to_string(d2) +
                            (copy ? ", copy" : "") + (fused ? ", fused" : "");
-  auto r = same_bits(want, to_host<T>(ddst.data(), n), "dst (" + what + ")");
+  auto r = same_bits(want, to_host<T>(ddst.data(), n, stream), "dst (" + what + ")");
   if (!r) return r;
-  return same_bits(want2, to_host<T>(ddst2.data(), n), "dst2 (" + what + ")");
+  return same_bits(want2, to_host<T>(ddst2.data(), n, stream), "dst2 (" + what + ")");
 }
 
 TYPED_TEST(ReduceCopyGpu, MatchesHostAtEveryOffset) {
@@ -158,13 +160,13 @@ TYPED_TEST(VirtualRingGpu, MatchesHostSum) {
         }
         for (std::size_t r = 0; r < up; ++r) {
           bufs.emplace_back(count * sizeof(T));
-          to_device(bufs.back().data(), inputs[r]);
+          to_device(bufs.back().data(), inputs[r], stream.get());
           ptrs.push_back(static_cast<T*>(bufs.back().data()));
         }
         lab::virtual_ring_allreduce<T>(ptrs, count, stream.get(), fuse);
         stream.synchronize();  // every step has run; the buffers are read on the host next
         for (std::size_t r = 0; r < up; ++r) {
-          ASSERT_TRUE(same_bits(sum, to_host<T>(bufs[r].data(), count),
+          ASSERT_TRUE(same_bits(sum, to_host<T>(bufs[r].data(), count, stream.get()),
                                 "virtual rank " + std::to_string(r) + " of " + std::to_string(p) + ", count " +
                                     std::to_string(count) + (fuse ? ", fused" : "")));
         }
@@ -201,9 +203,9 @@ TYPED_TEST(IpcRingGpu, MatchesMpiAllreduce) {
       MPI_Allreduce(mine_f.data(), sum_f.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm());
       std::vector<T> want(count);
       for (std::size_t i = 0; i < count; ++i) want[i] = from_float<T>(sum_f[i]);
-      to_device(ring.data(), mine);
+      to_device(ring.data(), mine, ring.stream());
       ring.allreduce(fuse);
-      EXPECT_TRUE(same_bits(want, to_host<T>(ring.data(), count),
+      EXPECT_TRUE(same_bits(want, to_host<T>(ring.data(), count, ring.stream()),
                             "rank " + std::to_string(rank) + ", count " + std::to_string(count) +
                                 (fuse ? ", fused" : "")));
       // The ring's destructor (collective) closes the mappings and waits for every
@@ -247,24 +249,24 @@ TYPED_TEST(NcclGpu, CollectivesMatchMpi) {
     std::vector<T> sum(count);
     for (std::size_t i = 0; i < count; ++i) sum[i] = from_float<T>(sum_f[i]);
     dtl::cuda::DeviceBuffer send(count * sizeof(T)), recv(count * sizeof(T));
-    to_device(send.data(), mine);
+    to_device(send.data(), mine, stream.get());
     const std::string what = "count " + std::to_string(count) + " on rank " + std::to_string(rank);
 
     lab::nccl_allreduce<T>(nccl, static_cast<const T*>(send.data()), static_cast<T*>(recv.data()), count,
                            stream.get());
     stream.synchronize();
-    EXPECT_TRUE(same_bits(sum, to_host<T>(recv.data(), count), "ncclAllReduce, " + what));
+    EXPECT_TRUE(same_bits(sum, to_host<T>(recv.data(), count, stream.get()), "ncclAllReduce, " + what));
 
     lab::nccl_reduce_scatter<T>(nccl, static_cast<const T*>(send.data()), static_cast<T*>(recv.data()), block,
                                 stream.get());
     stream.synchronize();
     const std::vector<T> my_block(sum.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(rank)),
                                   sum.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(rank + 1)));
-    EXPECT_TRUE(same_bits(my_block, to_host<T>(recv.data(), block), "ncclReduceScatter, " + what));
+    EXPECT_TRUE(same_bits(my_block, to_host<T>(recv.data(), block, stream.get()), "ncclReduceScatter, " + what));
 
     // Allgather: rank r contributes block r of its own data.
     to_device(send.data(), std::vector<T>(mine.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(rank)),
-                                          mine.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(rank + 1))));
+                                          mine.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(rank + 1))), stream.get());
     std::vector<float> gathered_f(count), my_block_f(mine_f.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(rank)),
                                                      mine_f.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(rank + 1)));
     MPI_Allgather(my_block_f.data(), static_cast<int>(block), MPI_FLOAT, gathered_f.data(), static_cast<int>(block),
@@ -274,7 +276,7 @@ TYPED_TEST(NcclGpu, CollectivesMatchMpi) {
     lab::nccl_allgather<T>(nccl, static_cast<const T*>(send.data()), static_cast<T*>(recv.data()), block,
                            stream.get());
     stream.synchronize();
-    EXPECT_TRUE(same_bits(gathered, to_host<T>(recv.data(), count), "ncclAllGather, " + what));
+    EXPECT_TRUE(same_bits(gathered, to_host<T>(recv.data(), count, stream.get()), "ncclAllGather, " + what));
   }
 }
 #endif  // DTL_HAVE_NCCL

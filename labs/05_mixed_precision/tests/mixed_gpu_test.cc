@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "harness/cuda/check.h"
+#include "harness/cuda/copy.h"
 #include "harness/cuda/device.h"
 #include "harness/nn/cuda_ops.h"
 #include "labs/05_mixed_precision/tests/mixed_test_util.h"
@@ -40,7 +41,8 @@ struct DeviceFloats {
   float* ptr = nullptr;
   explicit DeviceFloats(std::size_t n) { DTL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<std::size_t>(n, 1) * sizeof(float))); }
   DeviceFloats(const float* host, std::size_t n) : DeviceFloats(n) {
-    DTL_CUDA_CHECK(cudaMemcpy(ptr, host, n * sizeof(float), cudaMemcpyHostToDevice));
+    // nn::cuda's kernels run on the legacy default stream (null): the copies go there too.
+    dtl::cuda::copy(ptr, host, n * sizeof(float), nullptr);
   }
   ~DeviceFloats() { cudaFree(ptr); }
   DeviceFloats(const DeviceFloats&) = delete;
@@ -72,7 +74,7 @@ TEST_P(GpuHalf, WorkingCopyRoundsLikeTheGpu) {
   if (GetParam() == lab05::Precision::kF16) nn::cuda::float_to_f16(d_bits, d_master.ptr, n);
   else nn::cuda::float_to_bf16(d_bits, d_master.ptr, n);
   std::vector<std::uint16_t> gpu(master.size());
-  DTL_CUDA_CHECK(cudaMemcpy(gpu.data(), d_bits, gpu.size() * sizeof(std::uint16_t), cudaMemcpyDeviceToHost));
+  dtl::cuda::copy(gpu.data(), d_bits, gpu.size() * sizeof(std::uint16_t), nullptr);
   cudaFree(d_bits);
   std::vector<std::uint16_t> cpu(master.size());
   std::memcpy(cpu.data(), trainer.working().raw(), cpu.size() * sizeof(std::uint16_t));
@@ -118,7 +120,7 @@ TEST_P(GpuHalf, ForwardWithWorkingWeightsMatchesTheCpu) {
     width = out;
   }
   std::vector<float> gpu(static_cast<std::size_t>(rows * width));
-  DTL_CUDA_CHECK(cudaMemcpy(gpu.data(), x->ptr, gpu.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  dtl::cuda::copy(gpu.data(), x->ptr, gpu.size() * sizeof(float), nullptr);
   const auto cpu = cpu_logits.span<float>();
   EXPECT_EQ(cpu.size(), gpu.size());
   for (std::size_t i = 0; i < std::min(gpu.size(), cpu.size()); ++i) {

@@ -22,14 +22,16 @@
 ///                         so the CPU tests run it too): head, 16-byte vectors, tail
 ///   - ring_job.cc         ring_job(): one rank's reduce-copy at one step
 ///   - virtual_ring.h      the ring loop shared by the host and the GPU virtual rings
-///   - ipc_ring.cc         IpcRing::allreduce(): the ring loop across processes
+///   - ipc_ring.h          the ring loop across processes, shared by IpcRing (GPU) and
+///                         IpcRingHost (CPU): its waits and agreements
 ///
 /// Files under given/ (handed to you, compiled into your build, never submitted):
 ///   - reduce_copy_pack.cuh fp32 accumulation, 16-byte packs, the one-element reduce-copy
 ///   - reduce_copy.cu      the kernels that wrap reduce_copy.cuh, and the copy kernel (the roofline)
 ///   - reduce_copy_host.cc the same work on the host: the CPU tests' way in
 ///   - virtual_ring.cu     virtual_ring_allreduce(): the loop of virtual_ring.h, launching kernels
-///   - ipc_ring_setup.cc   IpcRing's constructor and destructor: handles and peers
+///   - ipc_ring.cc         IpcRing: CUDA IPC handles, peers, and the loop on a CUDA stream
+///   - ipc_ring_host.cc    IpcRingHost: an MPI shared-memory window and a host "stream"
 ///   - nccl_collectives.cc the NCCL calls
 ///
 /// Pull model. At each step a rank *receives*: it reads the chunk from its left
@@ -48,14 +50,19 @@
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 
+#include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "harness/comm/mpi.h"
 #include "harness/cuda/device.h"
 #include "harness/cuda/stream.h"
+#include "harness/error.h"
 #include "lab03/ring.h"
 #if DTL_HAVE_NCCL
 #include "harness/comm/nccl.h"
@@ -251,8 +258,26 @@ template <GpuElement T>
 void virtual_ring_allreduce(std::span<T* const> bufs, std::size_t count, cudaStream_t stream, bool fuse = true);
 
 // ---------------------------------------------------------------------------
-// Task G: the ring across processes through CUDA IPC (src/ipc_ring.cc; set-up in given/ipc_ring_setup.cc)
+// Task G: the ring across processes (src/ipc_ring.h), run by IpcRing on GPUs
+// through CUDA IPC (given/ipc_ring.cc) and by IpcRingHost on CPUs through an MPI
+// shared-memory window (given/ipc_ring_host.cc)
 // ---------------------------------------------------------------------------
+
+/// @brief Makes every rank of `comm` agree on whether a stage went well (collective).
+///
+/// An MPI_Allreduce(MIN) of an "ok" flag: a barrier that also carries failure.
+/// A rank that failed alone and threw would leave the others waiting forever in
+/// the next collective; with this, all of them throw together.
+/// @param[in] comm every rank of it must call this, in the same order.
+/// @param[in] failure this rank's error message, or empty when it went well.
+/// @param[in] elsewhere what the ranks that did not fail say, e.g. "another rank failed at step 3".
+/// @throws Error (this rank's `failure`, or `elsewhere`) unless every rank went well.
+/// @throws MpiError if the MPI_Allreduce itself fails.
+inline void agree(MPI_Comm comm, const std::string& failure, const std::string& elsewhere) {
+  int ok_here = failure.empty() ? 1 : 0, ok_everywhere = 0;
+  DTL_MPI_CHECK(MPI_Allreduce(&ok_here, &ok_everywhere, 1, MPI_INT, MPI_MIN, comm));
+  if (!ok_everywhere) throw Error(failure.empty() ? elsewhere : failure);
+}
 
 /// @brief A ring allreduce across the processes of an MPI communicator, each
 /// owning one device buffer, each reading its left neighbour's buffer through CUDA IPC.
@@ -262,8 +287,7 @@ void virtual_ring_allreduce(std::span<T* const> bufs, std::size_t count, cudaStr
 /// neighbours' handles (only those: a rank never touches another's memory). The
 /// processes may share one GPU or use one each (the device is the caller's
 /// choice, e.g. rank % gpu_count()); across GPUs the driver enables peer access.
-/// allreduce() runs the 2(P-1) steps of ring_job(), one kernel per step, with a
-/// barrier between steps.
+/// allreduce() runs task G's loop (src/ipc_ring.h) with this rank's stream.
 ///
 /// Not movable: peers hold this rank's handle, and the mapping of theirs is ours.
 /// @tparam T float, __half or __nv_bfloat16.
@@ -293,23 +317,17 @@ class IpcRing {
   std::size_t count() const noexcept { return count_; }
   /// @return the CUDA device of this rank's buffer.
   int device() const noexcept { return device_; }
-  /// @return the stream the ring's kernels run on.
+  /// @return the stream the ring's kernels run on. Fill data() on it (the fill
+  /// may still be in flight when allreduce() is called: the ring waits for it).
   cudaStream_t stream() const noexcept { return stream_ ? stream_->get() : nullptr; }
 
   /// @brief The ring allreduce in place: every rank's data() becomes the sum of all (collective).
   ///
-  /// Each step: launch this rank's reduce-copy (reading the left neighbour's
-  /// buffer through IPC), wait for it, then an MPI_Allreduce of an "ok" flag, which
-  /// is a barrier that also makes every rank throw when one rank's CUDA call
-  /// failed (instead of the others waiting forever). Why the barrier: at step
-  /// s+1 a rank reads the chunk its left neighbour wrote at step s (read after
-  /// write, in another process: its kernel must have finished), and with P = 2 it
-  /// writes the chunk its neighbour read at step s (write after read). Waiting for
-  /// one's own kernel and then for everyone covers both. The last barrier also
-  /// means no one still reads this rank's buffer when allreduce() returns.
-  /// @throws CudaError on the rank whose kernel failed; Error on every other rank.
+  /// Runs detail::run_ipc_ring() (task G) with reduce_copy() on stream() as the
+  /// launch and cudaStreamSynchronize(stream()) as the wait.
   /// @param[in] fuse whether to fold step P-1 into step P-2.
-  /// @throws MpiError if the step's MPI_Allreduce fails.
+  /// @throws CudaError on the rank whose kernel failed; Error on every other rank.
+  /// @throws MpiError if an agreement's MPI_Allreduce fails.
   void allreduce(bool fuse = true);
 
  private:
@@ -322,6 +340,85 @@ class IpcRing {
   std::optional<cuda::Stream> stream_;  // made once the device is selected
   T* left_ = nullptr;   // the left neighbour's buffer, mapped into this process
   T* right_ = nullptr;  // the right neighbour's (the same mapping as left_ when P = 2)
+};
+
+/// @brief How IpcRingHost's stand-in stream delays work, so that a missing wait or
+/// agreement in task G's loop fails every time instead of now and then.
+///
+/// The "slow" ranks are those with (rank + seed) odd: every piece of work on their
+/// stream (the upload, each reduce-copy) starts `slow` after it was queued. For
+/// any P >= 2 some fast rank then has a slow left neighbour, which is exactly the
+/// rank that reads too early when a handshake is missing.
+struct HostDelay {
+  unsigned seed = 0;                    ///< which parity of ranks is slow
+  std::chrono::microseconds slow{0};    ///< the delay before each piece of a slow rank's work (0: none)
+};
+
+/// @brief Task G's loop on CPUs: the processes of `comm` (on one machine) share
+/// host memory through an MPI shared-memory window (MPI_Win_allocate_shared) in
+/// place of CUDA IPC, and each rank's "stream" is a host thread that runs its
+/// work in order, asynchronously, as a CUDA stream runs kernels.
+///
+/// allreduce() runs the very loop IpcRing::allreduce() runs (detail::run_ipc_ring(),
+/// src/ipc_ring.h): the same ring_job() and ring_job_args(), the same waits and
+/// agreements; the launch is the kernel's per-thread work run on the host
+/// (reduce_copy_host_thread for every simulated thread). With a HostDelay, a loop
+/// that forgets a wait or an agreement reads a neighbour's chunk before it is
+/// there, and the result is wrong every time.
+/// @tparam T float, __half or __nv_bfloat16.
+template <GpuElement T>
+class IpcRingHost {
+ public:
+  /// @brief Allocates this rank's part of the window and finds the neighbours' (collective over `comm`).
+  /// @param[in] comm the ranks of the ring, all on one machine (duplicated).
+  /// @param[in] count elements of every rank's buffer (the same on every rank).
+  /// @param[in] delay how the slow ranks' streams lag (none by default).
+  /// @param[in] host_threads how many kernel threads to simulate per reduce-copy (>= 1).
+  /// @throws InvalidArgument naming `comm` and the rank if the ranks do not share memory,
+  ///         naming `host_threads` if it is 0.
+  /// @throws MpiError if the window cannot be made.
+  IpcRingHost(MPI_Comm comm, std::size_t count, HostDelay delay = {}, std::size_t host_threads = 1);
+  /// @brief Waits for this rank's stream and frees the window (collective); never throws.
+  ~IpcRingHost();
+  IpcRingHost(const IpcRingHost&) = delete;
+  IpcRingHost& operator=(const IpcRingHost&) = delete;
+
+  /// @return this rank's buffer in the window (count() elements).
+  T* data() const noexcept { return mine_; }
+  /// @return the elements of every rank's buffer.
+  std::size_t count() const noexcept { return count_; }
+  /// @return whether HostDelay made this rank's stream slow.
+  bool slow() const noexcept { return slow_; }
+
+  /// @brief Queues a copy of `values` into data() on this rank's stream and returns
+  /// at once, as cudaMemcpyAsync on IpcRing::stream() would.
+  /// @param[in] values count() elements (copied before this returns).
+  /// @throws InvalidArgument naming `values` if its size is not count().
+  void upload(std::span<const T> values);
+  /// @brief Waits for this rank's stream, then copies data() out.
+  /// @return count() elements.
+  std::vector<T> download();
+
+  /// @brief The ring allreduce in place: every rank's data() becomes the sum of all (collective).
+  /// @param[in] fuse whether to fold step P-1 into step P-2.
+  /// @throws Error on every rank when the work failed on one of them.
+  void allreduce(bool fuse = true);
+
+  /// @brief This rank's stream, as task G's loop sees it (see detail::run_ipc_ring()).
+  class Stream;
+
+ private:
+  Comm comm_;
+  int rank_ = 0;
+  int world_size_ = 1;
+  std::size_t count_ = 0;
+  std::size_t host_threads_ = 1;
+  bool slow_ = false;
+  MPI_Win window_ = MPI_WIN_NULL;
+  T* mine_ = nullptr;
+  T* left_ = nullptr;
+  T* right_ = nullptr;
+  std::unique_ptr<Stream> stream_;
 };
 
 #if DTL_HAVE_NCCL

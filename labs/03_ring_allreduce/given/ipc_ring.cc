@@ -1,12 +1,23 @@
-// Lab 03, task G, given: setting up the IPC ring — each process exports its
-// buffer as a CUDA IPC handle, the handles travel over MPI, and each process maps
-// its two neighbours' buffers; and tearing it down in the only safe order. The
-// ring loop itself, IpcRing::allreduce(), is the task (src/ipc_ring.cc, which
-// explains CUDA IPC).
+// Lab 03, task G, given: the ring across processes on GPUs through CUDA IPC.
 //
-// Every step that can fail on one rank alone is followed by an agreement (an
-// MPI_Allreduce of an "ok" flag), so that all ranks throw together instead of
-// some of them waiting forever in the next collective.
+// How two processes share GPU memory without copying it through the host: the
+// owner calls cudaIpcGetMemHandle on its cudaMalloc'd buffer and gets a 64-byte
+// token. Any transport can carry the token (MPI_Allgather here); the peer calls
+// cudaIpcOpenMemHandle on it and gets a device pointer, in its own address space,
+// to the owner's memory. A kernel in the peer then reads (or writes) that memory
+// as if it were its own: on one GPU it is its own; across GPUs the loads go over
+// NVLink or PCIe (cudaIpcMemLazyEnablePeerAccess turns on peer access). This is
+// how NCCL's P2P transport moves data inside a node.
+//
+//   rank r's buffer  <-- mapped by r-1 (its right neighbour's view) and r+1 (left)
+//
+// This file sets the ring up (export, exchange and map the handles), tears it
+// down in the only safe order, and runs task G's loop (src/ipc_ring.h) with a
+// CUDA stream: launch = the reduce-copy kernel, wait = cudaStreamSynchronize.
+//
+// Every step that can fail on one rank alone is followed by agree(), so that all
+// ranks throw together instead of some of them waiting forever in the next
+// collective.
 #if DTL_LAB_HAS_CUDA
 #include <cuda_runtime_api.h>
 
@@ -15,10 +26,19 @@
 
 #include "harness/comm/mpi.h"
 #include "harness/cuda/check.h"
+#include "ipc_ring.h"
 #include "lab03/ring_cuda.h"
 
 namespace dtl::lab03 {
 namespace {
+
+// Task G's stream on a GPU: kernels queued on a CUDA stream, and a host wait.
+template <GpuElement T>
+struct CudaStreamOps {
+  cudaStream_t stream;
+  void launch(const ReduceCopyArgs<T>& args) { reduce_copy(args, stream); }
+  void wait() { DTL_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+};
 
 // Opens a peer's handle; returns the peer's buffer as seen from this process.
 template <typename T>
@@ -50,11 +70,7 @@ IpcRing<T>::IpcRing(MPI_Comm comm, std::size_t count, int device) : comm_(comm),
   } catch (const Error& e) {
     failure = e.what();
   }
-  int ok_here = failure.empty() ? 1 : 0, ok_everywhere = 0;
-  DTL_MPI_CHECK(MPI_Allreduce(&ok_here, &ok_everywhere, 1, MPI_INT, MPI_MIN, comm_));
-  if (!ok_everywhere) {
-    throw Error(failure.empty() ? "IpcRing: another rank failed to set up its buffer" : failure);
-  }
+  agree(comm_, failure, "IpcRing: another rank failed to set up its buffer");
   if (world_size_ == 1 || count == 0) return;  // no peers to map
 
   // The handles travel as bytes: each rank's 64-byte token to every rank.
@@ -73,11 +89,7 @@ IpcRing<T>::IpcRing(MPI_Comm comm, std::size_t count, int device) : comm_(comm),
     if (left_ != nullptr) cudaIpcCloseMemHandle(left_);
     left_ = right_ = nullptr;
   }
-  ok_here = failure.empty() ? 1 : 0;
-  DTL_MPI_CHECK(MPI_Allreduce(&ok_here, &ok_everywhere, 1, MPI_INT, MPI_MIN, comm_));
-  if (!ok_everywhere) {
-    throw Error(failure.empty() ? "IpcRing: another rank failed to open its neighbours' buffers" : failure);
-  }
+  agree(comm_, failure, "IpcRing: another rank failed to open its neighbours' buffers");
 }
 
 template <GpuElement T>
@@ -90,6 +102,14 @@ IpcRing<T>::~IpcRing() {
   if (right_ != left_) cudaIpcCloseMemHandle(right_);
   cudaIpcCloseMemHandle(left_);
   MPI_Barrier(comm_);
+}
+
+template <GpuElement T>
+void IpcRing<T>::allreduce(bool fuse) {
+  if (world_size_ == 1 || count_ == 0) return;
+  DTL_CUDA_CHECK(cudaSetDevice(device_));
+  CudaStreamOps<T> ops{stream()};
+  detail::run_ipc_ring(comm_, rank_, world_size_, count_, fuse, data(), left_, right_, ops);
 }
 
 template class IpcRing<float>;

@@ -1,0 +1,215 @@
+// Lab 03, task G on CPUs: the ring across processes with host memory shared
+// through an MPI shared-memory window instead of GPU memory shared through CUDA
+// IPC, for the CPU tests (and for students without a GPU).
+//
+// The two pieces a GPU provides are played by:
+//   - memory a neighbour can address: MPI_Win_allocate_shared gives each rank a
+//     segment of one shared mapping, and MPI_Win_shared_query turns a
+//     neighbour's segment into a pointer in this process (cudaIpcGetMemHandle /
+//     cudaIpcOpenMemHandle on a GPU);
+//   - a stream: one host thread per rank runs the queued work in order, after
+//     the host returned, as a CUDA stream runs kernels; wait() is
+//     cudaStreamSynchronize. A HostDelay makes some ranks' streams lag, so that
+//     a loop that does not wait where it must reads too early every time.
+// Task G's loop (src/ipc_ring.h) runs unchanged on top.
+//
+// Memory ordering between processes: the window is opened for passive access
+// once (MPI_Win_lock_all) and MPI_Win_sync is a memory barrier on it. wait()
+// ends with one (this rank's writes are visible) and launch() starts with one
+// (what the others made visible before the last agreement is seen).
+#if DTL_LAB_HAS_CUDA
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "harness/comm/mpi.h"
+#include "harness/error.h"
+#include "ipc_ring.h"
+#include "lab03/ring_cuda.h"
+
+namespace dtl::lab03 {
+namespace {
+
+// A worker thread that runs queued work in order; each piece starts `delay`
+// after the thread takes it. The first exception is kept and rethrown by wait().
+class HostWorker {
+ public:
+  explicit HostWorker(std::chrono::microseconds delay) : delay_(delay), thread_([this] { run(); }) {}
+  ~HostWorker() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+  HostWorker(const HostWorker&) = delete;
+  HostWorker& operator=(const HostWorker&) = delete;
+
+  void enqueue(std::function<void()> work) {
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(work));
+    }
+    changed_.notify_all();
+  }
+
+  // Until everything queued so far has run; rethrows the first failure.
+  void wait() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [this] { return queue_.empty() && !busy_; });
+    if (!failure_.empty()) throw Error(std::exchange(failure_, {}));
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      changed_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_, nothing left
+      std::function<void()> work = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
+      std::string failed;
+      try {
+        work();
+      } catch (const std::exception& e) {
+        failed = e.what();
+      }
+      lock.lock();
+      busy_ = false;
+      if (!failed.empty() && failure_.empty()) failure_ = failed;
+      changed_.notify_all();
+    }
+  }
+
+  std::chrono::microseconds delay_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::function<void()>> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::string failure_;
+  std::thread thread_;  // last: started once everything above exists
+};
+
+}  // namespace
+
+// Task G's stream on a CPU: launch() queues the kernel's per-thread work, run for
+// every simulated thread, on the worker; wait() waits for the worker.
+template <GpuElement T>
+class IpcRingHost<T>::Stream {
+ public:
+  Stream(MPI_Win window, std::size_t host_threads, std::chrono::microseconds delay)
+      : window_(window), host_threads_(host_threads), worker_(delay) {}
+
+  void launch(const ReduceCopyArgs<T>& args) {
+    DTL_MPI_CHECK(MPI_Win_sync(window_));
+    const std::size_t threads = host_threads_;
+    worker_.enqueue([args, threads] {
+      for (std::size_t t = 0; t < threads; ++t) reduce_copy_host_thread(args, t, threads);
+    });
+  }
+  void copy(T* dst, std::vector<T> values) {
+    worker_.enqueue([dst, values = std::move(values)] { std::copy(values.begin(), values.end(), dst); });
+  }
+  void wait() {
+    worker_.wait();
+    DTL_MPI_CHECK(MPI_Win_sync(window_));
+  }
+
+ private:
+  MPI_Win window_;
+  std::size_t host_threads_;
+  HostWorker worker_;
+};
+
+template <GpuElement T>
+IpcRingHost<T>::IpcRingHost(MPI_Comm comm, std::size_t count, HostDelay delay, std::size_t host_threads)
+    : comm_(comm), count_(count), host_threads_(host_threads) {
+  rank_ = comm_.rank();
+  world_size_ = comm_.size();
+  DTL_REQUIRE_ARG(host_threads >= 1, "IpcRingHost", "host_threads", "is 0; simulate at least one");
+  // A shared-memory window needs every rank on one machine.
+  MPI_Comm node = MPI_COMM_NULL;
+  DTL_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int node_size = 0;
+  MPI_Comm_size(node, &node_size);
+  MPI_Comm_free(&node);
+  DTL_REQUIRE_ARG(node_size == world_size_, "IpcRingHost", "comm",
+                  "spans several machines (" + std::to_string(node_size) + " of its " + std::to_string(world_size_) +
+                      " ranks share memory with this one); the stand-in needs them all on one");
+  slow_ = delay.slow.count() > 0 && (static_cast<unsigned>(rank_) + delay.seed) % 2 == 1;
+
+  // Each rank's own segment, not one contiguous block: an out-of-bounds write
+  // then cannot land silently in the neighbour's buffer.
+  MPI_Info info = MPI_INFO_NULL;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "alloc_shared_noncontig", "true");
+  void* base = nullptr;
+  const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(count * sizeof(T)), static_cast<int>(sizeof(T)), info,
+                                         comm_, &base, &window_);
+  MPI_Info_free(&info);
+  DTL_MPI_CHECK(rc);
+  mine_ = static_cast<T*>(base);
+  // The neighbours' segments, as pointers in this process (cudaIpcOpenMemHandle's role).
+  auto segment = [this](int owner) {
+    MPI_Aint bytes = 0;
+    int unit = 0;
+    void* ptr = nullptr;
+    DTL_MPI_CHECK(MPI_Win_shared_query(window_, owner, &bytes, &unit, &ptr));
+    return static_cast<T*>(ptr);
+  };
+  left_ = segment((rank_ + world_size_ - 1) % world_size_);
+  right_ = segment((rank_ + 1) % world_size_);
+  DTL_MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, window_));
+  stream_ = std::make_unique<Stream>(window_, host_threads, slow_ ? delay.slow : std::chrono::microseconds{0});
+}
+
+template <GpuElement T>
+IpcRingHost<T>::~IpcRingHost() {
+  try {
+    stream_->wait();
+  } catch (...) {  // destructors never throw
+  }
+  stream_.reset();
+  MPI_Win_unlock_all(window_);
+  MPI_Win_free(&window_);  // collective: no rank frees memory another still reads
+}
+
+template <GpuElement T>
+void IpcRingHost<T>::upload(std::span<const T> values) {
+  DTL_REQUIRE_ARG(values.size() == count_, "IpcRingHost::upload", "values",
+                  "has " + std::to_string(values.size()) + " elements; the ring's buffers have " +
+                      std::to_string(count_));
+  stream_->copy(mine_, std::vector<T>(values.begin(), values.end()));
+}
+
+template <GpuElement T>
+std::vector<T> IpcRingHost<T>::download() {
+  stream_->wait();
+  return std::vector<T>(mine_, mine_ + count_);
+}
+
+template <GpuElement T>
+void IpcRingHost<T>::allreduce(bool fuse) {
+  detail::run_ipc_ring(comm_, rank_, world_size_, count_, fuse, mine_, left_, right_, *stream_);
+}
+
+template class IpcRingHost<float>;
+template class IpcRingHost<__half>;
+template class IpcRingHost<__nv_bfloat16>;
+
+}  // namespace dtl::lab03
+#endif  // DTL_LAB_HAS_CUDA

@@ -1,0 +1,128 @@
+// Lab 03, task G on the CPU: the ring across processes (src/ipc_ring.h) run by
+// IpcRingHost, with the ranks' buffers in an MPI shared-memory window and each
+// rank's "stream" a host thread. Oracle: MPI_Allreduce of float copies of the
+// inputs (small integers: exact in every type, in any order).
+//
+// The slow-neighbour tests make some ranks' streams lag (HostDelay). A loop that
+// omits one of the waits or agreements that Note [Cross-process hazards] calls
+// for then reads a neighbour's chunk before it is written, or overwrites one
+// before it is read, and fails every time rather than once in a while. That is
+// how the first GPU run's bug (no entry handshake: wrong sums at 2-4 processes on
+// an H100) is caught without a GPU.
+//
+// These need the CUDA headers (for __half and __nv_bfloat16), not a GPU.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "harness/error.h"
+#include "harness/testing/mpi_test.h"
+
+#if DTL_LAB_HAS_CUDA
+#include "gpu_test_util.h"
+#include "lab03/ring_cuda.h"
+
+namespace {
+
+using namespace lab03_test;
+using dtl::testing::comm;
+namespace lab = dtl::lab03;
+
+// Rank `seed`'s input (small integers) and the sum over all ranks, by MPI.
+template <typename T>
+struct Inputs {
+  std::vector<T> mine, want;
+};
+
+template <typename T>
+Inputs<T> inputs(std::size_t count, int seed) {
+  Inputs<T> in;
+  in.mine.resize(count);
+  std::vector<float> mine_f(count), sum_f(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    in.mine[i] = small_int<T>(i, seed);
+    mine_f[i] = to_float(in.mine[i]);
+  }
+  MPI_Allreduce(mine_f.data(), sum_f.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm());
+  in.want.resize(count);
+  for (std::size_t i = 0; i < count; ++i) in.want[i] = from_float<T>(sum_f[i]);
+  return in;
+}
+
+std::string what(std::size_t count, bool fuse, const lab::HostDelay& delay = {}) {
+  std::string text = "rank " + std::to_string(comm().rank()) + " of " + std::to_string(comm().size()) + ", count " +
+                     std::to_string(count) + (fuse ? ", fused" : "");
+  if (delay.slow.count() > 0) text += ", slow ranks: " + std::string(delay.seed % 2 ? "even" : "odd");
+  return text;
+}
+
+template <typename T>
+class IpcRingHost : public ::testing::Test {};
+TYPED_TEST_SUITE(IpcRingHost, GpuTypes, TypeNames);
+
+// No delays: empty, one element, fewer elements than ranks, counts not divisible
+// by P, and a large one; several simulated kernel threads.
+TYPED_TEST(IpcRingHost, MatchesMpiAllreduce) {
+  using T = TypeParam;
+  const auto up = static_cast<std::size_t>(comm().size());
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, up - 1, 7 * up + 3, std::size_t{100003}}) {
+    for (bool fuse : {false, true}) {
+      lab::IpcRingHost<T> ring(comm(), count, {}, 3);
+      const Inputs<T> in = inputs<T>(count, comm().rank());
+      ring.upload(in.mine);
+      ring.allreduce(fuse);
+      EXPECT_TRUE(same_bits(in.want, ring.download(), what(count, fuse)));
+    }
+  }
+}
+
+// Every rank of one parity lags by 15 ms per piece of work, its upload included;
+// two allreduces run back to back on the same ring with different inputs, so the
+// second upload lands right after the first allreduce returns. Each handshake of
+// Note [Cross-process hazards] is then needed every time:
+//  - entry: a fast rank's step 0 reads its slow left neighbour's input;
+//  - each step: a fast rank's step s+1 reads what a slow neighbour writes at step s;
+//  - exit: a slow left neighbour still writes (fused) or a slow right neighbour
+//    still reads a fast rank's buffer when that rank returns and uploads again.
+TYPED_TEST(IpcRingHost, SlowNeighboursCannotBeOvertaken) {
+  using T = TypeParam;
+  const auto up = static_cast<std::size_t>(comm().size());
+  for (unsigned seed : {0u, 1u}) {
+    for (bool fuse : {false, true}) {
+      const std::size_t count = 3 * up + 1;  // every chunk non-empty, one longer
+      const lab::HostDelay delay{seed, std::chrono::milliseconds(15)};
+      // Both rounds' oracles first: an MPI call between the rounds would be a
+      // barrier, and would hide a missing exit handshake.
+      const Inputs<T> in[2] = {inputs<T>(count, comm().rank()), inputs<T>(count, comm().rank() + 7)};
+      lab::IpcRingHost<T> ring(comm(), count, delay);
+      std::vector<T> got[2];
+      for (int round = 0; round < 2; ++round) {
+        ring.upload(in[round].mine);
+        ring.allreduce(fuse);
+        got[round] = ring.download();
+      }
+      for (int round = 0; round < 2; ++round) {
+        EXPECT_TRUE(same_bits(in[round].want, got[round], what(count, fuse, delay) + ", round " + std::to_string(round)));
+      }
+    }
+  }
+}
+
+TEST(IpcRingHostArgs, RejectsBadArguments) {
+  EXPECT_THROW(lab::IpcRingHost<float>(comm(), 4, {}, 0), dtl::InvalidArgument);
+  lab::IpcRingHost<float> ring(comm(), 4);
+  const std::vector<float> three(3);
+  EXPECT_THROW(ring.upload(three), dtl::InvalidArgument);
+}
+
+}  // namespace
+#else
+TEST(IpcRingHost, NeedsCudaHeaders) {
+  GTEST_SKIP() << "this build has no CUDA (DTL_LAB_HAS_CUDA is not set: nvcc not found or "
+                  "CMAKE_CUDA_COMPILER unset), so part 2's host tests cannot be compiled";
+}
+#endif  // DTL_LAB_HAS_CUDA

@@ -1,0 +1,116 @@
+// Lab 03, task G: the ring across processes, each reading its neighbour's
+// buffer directly: GPU memory mapped through CUDA IPC (IpcRing), or host memory
+// in an MPI shared-memory window (IpcRingHost, the CPU tests' stand-in).
+//
+// What this file teaches: synchronization between processes that share memory.
+// The ring itself is ring_job(), as in the virtual ring. What is new is that the
+// ranks are separate processes, each with its own stream: nothing orders rank r's
+// work after rank r-1's. Inside one process a stream gives "step s+1 after step
+// s" for free; across processes the loop has to say it, with two tools:
+//
+//   wait()        my stream has finished everything queued on it (the kernel, and
+//                 the caller's upload of my input), and its writes are visible
+//   agree(comm)   every rank has got that far (an MPI_Allreduce of an "ok" flag:
+//                 a barrier that also carries failure)
+//
+// Where those two are needed, and why each one is, is the task: see Note
+// [Cross-process hazards] below, and the handout's part 2, G.
+//
+// The loop is written once, with the stream as a parameter (`stream` provides
+// launch(const ReduceCopyArgs<T>&) and wait()), so the CPU tests run exactly
+// the loop the GPU runs (given/ipc_ring.cc and given/ipc_ring_host.cc).
+//
+// Left out: letting one GPU wait for another without a host round trip per step
+// (IPC events, or flags in mapped memory as NCCL's P2P transport does), and
+// pipelining a step in slices so that the wait hides behind data movement.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <string>
+
+#include "harness/error.h"
+#include "lab03/ring.h"
+#include "lab03/ring_cuda.h"
+
+namespace dtl::lab03::detail {
+
+// Note [Cross-process hazards]
+// Rank r's step s reads chunk c of its left neighbour's buffer and writes chunk
+// c of its own (fused: also of its right neighbour's). Three orderings must hold
+// between processes, and no stream provides any of them:
+//  - entry: r's first read of left[c] comes after the left neighbour's input is
+//    in place. The caller filled data() on its own stream, maybe not finished yet,
+//    and the neighbour may not even have started filling.
+//  - each step: r's read at step s+1 comes after the left neighbour's write at
+//    step s (read after write); with P = 2 r's write at step s+1 also comes after
+//    the neighbour's read at step s of the same chunk (write after read).
+//  - exit: when allreduce() returns, no one still writes r's buffer (fused: the
+//    left neighbour writes right[c] into it) or reads it (the right neighbour),
+//    so the caller may read it, or refill it for the next call.
+// The first GPU run (H100, 2026-11-27) returned wrong sums at 2-4 processes: the
+// loop had the per-step handshake but not the entry one, and step 0 read
+// neighbours' buffers before their inputs landed. IpcRingHost's slow ranks make
+// each missing handshake fail every time (tests/ipc_ring_host_test.cc).
+
+/// @brief Task G: the 2(P-1) steps of the pull-model ring across processes (collective over `comm`).
+/// @tparam T float, __half or __nv_bfloat16.
+/// @tparam Stream provides `void launch(const ReduceCopyArgs<T>&)`, which queues
+///         one reduce-copy after everything queued before it and returns at once,
+///         and `void wait()`, which returns when everything queued (the caller's
+///         upload of `mine` included) has finished and is visible to the other
+///         processes; both throw dtl::Error on failure.
+/// @param[in] comm the ranks of the ring; every rank calls this together.
+/// @param[in] rank, world_size this rank and P.
+/// @param[in] count elements of every rank's buffer.
+/// @param[in] fuse whether to fold step P-1 into step P-2.
+/// @param[in,out] mine this rank's buffer: in, its contribution; out, the sum.
+/// @param[in] left the left neighbour's buffer, mapped into this process.
+/// @param[in,out] right the right neighbour's buffer (written only by the fused step).
+/// @param[in] stream this rank's stream.
+/// @throws Error on every rank when a launch or a wait failed on any rank.
+template <typename T, typename Stream>
+void run_ipc_ring(MPI_Comm comm, int rank, int world_size, std::size_t count, bool fuse, T* mine, const T* left,
+                  T* right, Stream& stream) {
+  if (world_size == 1 || count == 0) return;  // nothing to add up: no steps
+  // BEGIN SOLUTION(run_ipc_ring)
+  // | Contract: on return every rank's `mine` holds the element-wise sum of all
+  // | ranks' inputs, bit for bit as the virtual ring computes it, and no rank
+  // | still reads or writes another's buffer. Every read of a neighbour's chunk
+  // | must come after that chunk's last write, in another process, and every
+  // | write after the last read of what it overwrites: use stream.wait() and
+  // | agree() (given, in lab03/ring_cuda.h) where Note [Cross-process hazards]
+  // | shows an ordering that no stream gives. A failure on one rank (dtl::Error
+  // | from launch() or wait()) must make every rank throw, none hang. Handout:
+  // | part 2, G.
+  std::string failure;
+  // Entry: my input has landed (the caller's upload may still be on my stream),
+  // and so has everyone's: step 0 reads the left neighbour's input.
+  try {
+    stream.wait();
+  } catch (const Error& e) {
+    failure = e.what();
+  }
+  agree(comm, failure, "run_ipc_ring: another rank failed before step 0");
+  for (int step = 0; step < 2 * (world_size - 1); ++step) {
+    // The job depends on the step only, so a skipped step is skipped by every
+    // rank and the agreements stay matched.
+    const RingJob job = ring_job(rank, world_size, step, count, fuse);
+    if (job.skip) continue;
+    try {
+      if (job.count > 0) stream.launch(ring_job_args(job, mine, left, right));
+      // My reads and writes of this step are done...
+      stream.wait();
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+    // ...and so are everyone's: the next step reads what the left neighbour wrote
+    // (and, at P = 2, overwrites what it read). After the last step this is the
+    // exit handshake: no one touches my buffer any more.
+    agree(comm, failure, "run_ipc_ring: another rank failed at step " + std::to_string(step));
+  }
+  // END SOLUTION
+}
+
+}  // namespace dtl::lab03::detail
