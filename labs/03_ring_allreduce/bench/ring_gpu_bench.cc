@@ -23,7 +23,8 @@
 //                            device (rank on its host) % GPUs, beside ncclAllReduce
 //                            when NCCL can run these ranks (one GPU per rank, or NCCL
 //                            2.30+ with NCCL_MULTI_RANK_GPU_ENABLE=1); otherwise the
-//                            vendor column is empty and a line says why.
+//                            vendor column is empty and a line says why. #wrong
+//                            checked once against the closed-form sum, before timing.
 // Single-GPU rows run on rank 0 only (the other ranks would share its GPU and
 // disturb it); rank 0 broadcasts each sample so that every rank records it.
 // Footprints: every row rotates through enough buffer sets to touch at least
@@ -257,6 +258,20 @@ void ipc_ring_row(benchmark::State& state, std::size_t bytes) {
   const std::size_t count = bytes / sizeof(float);
   const int p = comm().size();
   lab::IpcRing<float> ring(comm(), count, g_place.device);
+  // Correctness once, before timing (the first GPU run timed a ring whose sums
+  // were wrong): every rank's buffer holds the closed-form sum of fill()'s values.
+  fill(ring.data(), count, comm().rank(), ring.stream());
+  ring.allreduce(true);
+  double wrong = 0;
+  {
+    const std::vector<float> got = dtl::cuda::download(ring.data(), count, ring.stream());
+    for (std::size_t i = 0; i < count; ++i) {
+      float sum = 0;
+      for (int q = 0; q < p; ++q) sum += static_cast<float>(static_cast<int>((i * 7 + q * 13) % 33) - 16);
+      wrong += got[i] != sum;
+    }
+  }
+  DTL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_DOUBLE, MPI_SUM, comm()));
   fill(ring.data(), count, comm().rank(), ring.stream());
   dtl::bench::PairedTimer timer;
   const auto run_ring = [&] { ring.allreduce(true); };  // ends with a barrier: all ranks done
@@ -291,6 +306,7 @@ void ipc_ring_row(benchmark::State& state, std::size_t bytes) {
   state.counters["time_us"] = t * 1e6;
   state.counters["algbw"] = algbw;
   state.counters["busbw"] = algbw * 2.0 * (p - 1) / p;
+  state.counters["wrong"] = wrong;
   if (g_place.nccl_ok) {
     state.counters["vendor_us"] = timer.vendor_median() * 1e6;
     state.counters["ratio"] = timer.ratio_median();
