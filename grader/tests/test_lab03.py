@@ -27,7 +27,7 @@ DIVIDE_FIRST = helpers.mutated_body(
     ("    for (T& x : chunk_span(buf, size, rank)) x /= static_cast<T>(size);\n", ""),
     ("  std::vector<T> scratch(chunk_count(buf.size(), size, 0));\n",
      "  std::vector<T> scratch(chunk_count(buf.size(), size, 0));\n"
-     "  if (op == Op::kAvg) {\n"
+     "  if (op == ReduceOp::kAvg) {\n"
      "    for (T& x : buf) x /= static_cast<T>(size);\n"
      "  }\n"))
 

@@ -17,30 +17,6 @@ namespace dtl {
 // Names and sizes
 // ---------------------------------------------------------------------------
 
-std::size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kF64: return 8;
-    case DType::kI32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-  }
-  return 0;
-}
-
-const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kF64: return "f64";
-    case DType::kI32: return "i32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-  }
-  return "?";
-}
-
-const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::kSum ? "sum" : "avg"; }
-
 const char* collective_name(CollectiveKind kind) {
   switch (kind) {
     case CollectiveKind::kAllreduce: return "allreduce";
@@ -320,6 +296,7 @@ void require_buffer(const char* function, const char* argument, const void* buf,
 
 Work Communicator::allreduce(void* buf, std::size_t count, DType dtype, ReduceOp op) {
   require_buffer("allreduce", "buf", buf, count);
+  require_op("allreduce", op, {ReduceOp::kSum, ReduceOp::kAvg});  // what data-parallel training needs
   const OpInfo info = describe(CollectiveKind::kAllreduce, count, dtype, op, 0);
   return Work(do_allreduce(buf, info), timeout_seconds_);
 }
@@ -335,6 +312,7 @@ Work Communicator::reduce_scatter(const void* send_buf, void* recv_buf, std::siz
                                   ReduceOp op) {
   require_buffer("reduce_scatter", "send_buf", send_buf, recv_count);
   require_buffer("reduce_scatter", "recv_buf", recv_buf, recv_count);
+  require_op("reduce_scatter", op, {ReduceOp::kSum, ReduceOp::kAvg});
   const OpInfo info = describe(CollectiveKind::kReduceScatter, recv_count, dtype, op, 0);
   return Work(do_reduce_scatter(send_buf, recv_buf, info), timeout_seconds_);
 }

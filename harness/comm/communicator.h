@@ -52,7 +52,9 @@
 #include <string>
 #include <thread>
 
+#include "harness/dtype.h"
 #include "harness/error.h"
+#include "harness/reduce_op.h"
 
 namespace dtl {
 
@@ -60,54 +62,8 @@ namespace dtl {
 // Element types, reductions, operations
 // ---------------------------------------------------------------------------
 
-/// @brief The element type of a buffer, as the backends see it.
-///
-/// kF16 and kBF16 are here so that lab 05 needs no interface change; a backend
-/// that cannot reduce them yet throws dtl::InvalidArgument naming the type (the
-/// MPI backend moves them, in broadcast and allgather, but does not add them).
-enum class DType {
-  kF32,   ///< float
-  kF64,   ///< double
-  kI32,   ///< std::int32_t
-  kF16,   ///< IEEE half precision (16 bits)
-  kBF16,  ///< bfloat16 (16 bits)
-};
-
-/// @brief The size of one element.
-/// @param[in] dtype the element type.
-/// @return 4 for kF32 and kI32, 8 for kF64, 2 for kF16 and kBF16.
-std::size_t dtype_size(DType dtype);
-
-/// @brief The element type's short name, for messages and traces.
-/// @param[in] dtype the element type.
-/// @return "f32", "f64", "i32", "f16" or "bf16".
-const char* dtype_name(DType dtype);
-
-/// @brief The C++ element types with a DType of their own.
-/// @tparam T a candidate element type.
-template <typename T>
-concept CommElement = std::same_as<T, float> || std::same_as<T, double> || std::same_as<T, std::int32_t>;
-
-/// @brief The DType of a C++ element type.
-/// @tparam T float, double or std::int32_t.
-/// @return kF32, kF64 or kI32.
-template <CommElement T>
-constexpr DType dtype_of() {
-  if constexpr (std::same_as<T, float>) return DType::kF32;
-  else if constexpr (std::same_as<T, double>) return DType::kF64;
-  else return DType::kI32;
-}
-
-/// @brief What a reducing collective computes, element-wise over the ranks.
-enum class ReduceOp {
-  kSum,  ///< x_0 + x_1 + ... + x_{P-1}
-  kAvg,  ///< the sum divided by P once, at the end (integers truncate toward zero, as C++ `/`)
-};
-
-/// @brief The reduction's name.
-/// @param[in] op the reduction.
-/// @return "sum" or "avg".
-const char* reduce_op_name(ReduceOp op);
+// DType, dtype_size(), dtype_name(), Element and dtype_of() (harness/dtype.h);
+// ReduceOp and reduce_op_name() (harness/reduce_op.h).
 
 /// @brief The collectives of the interface.
 enum class CollectiveKind {
@@ -379,7 +335,7 @@ class Communicator {
   /// @param[in,out] buf `count` elements of `dtype`: this rank's contribution in, the result out.
   /// @param[in] count elements (the same on every rank).
   /// @param[in] dtype their type.
-  /// @param[in] op ReduceOp::kSum or ReduceOp::kAvg.
+  /// @param[in] op ReduceOp::kSum or ReduceOp::kAvg (others: InvalidArgument naming `op`).
   /// @return the operation; `buf` is the caller's again after its wait().
   /// @throws InvalidArgument for a null buffer with count > 0, or a type or count the backend cannot handle.
   Work allreduce(void* buf, std::size_t count, DType dtype, ReduceOp op);
@@ -397,7 +353,7 @@ class Communicator {
   ///             send_buf + rank() x recv_count (in place).
   /// @param[in] recv_count elements per block (the same on every rank).
   /// @param[in] dtype their type.
-  /// @param[in] op ReduceOp::kSum or ReduceOp::kAvg.
+  /// @param[in] op ReduceOp::kSum or ReduceOp::kAvg (others: InvalidArgument naming `op`).
   /// @return the operation.
   /// @throws InvalidArgument for null buffers with recv_count > 0, or a type or count the backend cannot handle.
   Work reduce_scatter(const void* send_buf, void* recv_buf, std::size_t recv_count, DType dtype, ReduceOp op);
@@ -417,7 +373,7 @@ class Communicator {
   /// @param[in] op ReduceOp::kSum (default) or ReduceOp::kAvg.
   /// @return the operation.
   /// @throws InvalidArgument as the untyped allreduce().
-  template <CommElement T>
+  template <Element T>
   Work allreduce(std::span<T> buf, ReduceOp op = ReduceOp::kSum) {
     return allreduce(buf.data(), buf.size(), dtype_of<T>(), op);
   }
@@ -427,7 +383,7 @@ class Communicator {
   /// @param[in] root the sending rank.
   /// @return the operation.
   /// @throws InvalidArgument as the untyped broadcast().
-  template <CommElement T>
+  template <Element T>
   Work broadcast(std::span<T> buf, int root) {
     return broadcast(buf.data(), buf.size(), dtype_of<T>(), root);
   }
@@ -438,7 +394,7 @@ class Communicator {
   /// @param[in] op ReduceOp::kSum (default) or ReduceOp::kAvg.
   /// @return the operation.
   /// @throws InvalidArgument unless send_buf.size() == world_size() x recv_buf.size(), or as the untyped call.
-  template <CommElement T>
+  template <Element T>
   Work reduce_scatter(std::span<const T> send_buf, std::span<T> recv_buf, ReduceOp op = ReduceOp::kSum) {
     require_blocks_of("reduce_scatter", "send_buf", send_buf.size(), recv_buf.size());
     return reduce_scatter(send_buf.data(), recv_buf.data(), recv_buf.size(), dtype_of<T>(), op);
@@ -449,7 +405,7 @@ class Communicator {
   /// @param[out] recv_buf P x send_buf.size() elements.
   /// @return the operation.
   /// @throws InvalidArgument unless recv_buf.size() == world_size() x send_buf.size(), or as the untyped call.
-  template <CommElement T>
+  template <Element T>
   Work allgather(std::span<const T> send_buf, std::span<T> recv_buf) {
     require_blocks_of("allgather", "recv_buf", recv_buf.size(), send_buf.size());
     return allgather(send_buf.data(), recv_buf.data(), send_buf.size(), dtype_of<T>());
@@ -460,7 +416,7 @@ class Communicator {
   /// @param[in,out] buf this rank's contribution in, the result out.
   /// @param[in] op ReduceOp::kSum (default) or ReduceOp::kAvg.
   /// @throws InvalidArgument, TimeoutError or the backend's Error, as allreduce() and Work::wait().
-  template <CommElement T>
+  template <Element T>
   void allreduce_blocking(std::span<T> buf, ReduceOp op = ReduceOp::kSum) {
     allreduce(buf, op).wait();
   }
@@ -469,7 +425,7 @@ class Communicator {
   /// @param[in,out] buf root's data out, everyone else's in.
   /// @param[in] root the sending rank.
   /// @throws InvalidArgument, TimeoutError or the backend's Error, as broadcast() and Work::wait().
-  template <CommElement T>
+  template <Element T>
   void broadcast_blocking(std::span<T> buf, int root) {
     broadcast(buf, root).wait();
   }
@@ -479,7 +435,7 @@ class Communicator {
   /// @param[out] recv_buf this rank's reduced block.
   /// @param[in] op ReduceOp::kSum (default) or ReduceOp::kAvg.
   /// @throws InvalidArgument, TimeoutError or the backend's Error, as reduce_scatter() and Work::wait().
-  template <CommElement T>
+  template <Element T>
   void reduce_scatter_blocking(std::span<const T> send_buf, std::span<T> recv_buf, ReduceOp op = ReduceOp::kSum) {
     reduce_scatter(send_buf, recv_buf, op).wait();
   }
@@ -488,7 +444,7 @@ class Communicator {
   /// @param[in] send_buf this rank's block.
   /// @param[out] recv_buf P x send_buf.size() elements.
   /// @throws InvalidArgument, TimeoutError or the backend's Error, as allgather() and Work::wait().
-  template <CommElement T>
+  template <Element T>
   void allgather_blocking(std::span<const T> send_buf, std::span<T> recv_buf) {
     allgather(send_buf, recv_buf).wait();
   }

@@ -5,7 +5,7 @@ namespace dtl::nn::detail {
 
 void require_float_dtype(DType dtype, const char* function) {
   DTL_REQUIRE_ARG(dtype == DType::kF32 || dtype == DType::kF64, function, "dtype",
-                  std::string("must be f32 or f64, not ") + to_string(dtype));
+                  std::string("must be f32 or f64, not ") + dtype_name(dtype));
 }
 
 void require_input(const Tensor& x, DType dtype, std::int64_t last, const std::string& layer,
@@ -15,7 +15,7 @@ void require_input(const Tensor& x, DType dtype, std::int64_t last, const std::s
   DTL_REQUIRE_ARG(x.device() == Device::kCpu, where.c_str(), argument,
                   "is on the GPU; the layers compute on the CPU");
   DTL_REQUIRE_ARG(x.dtype() == dtype, where.c_str(), argument,
-                  std::string("is ") + to_string(x.dtype()) + ", the layer's parameters are " + to_string(dtype));
+                  std::string("is ") + dtype_name(x.dtype()) + ", the layer's parameters are " + dtype_name(dtype));
   DTL_REQUIRE_ARG(x.ndim() >= 1 && (last < 0 || x.dim(-1) == last), where.c_str(), argument,
                   "has shape " + to_string(x.shape()) + ", expected last dimension " + std::to_string(last));
 }

@@ -28,7 +28,7 @@ void dispatch_float(DType dtype, const char* function, F&& f) {
   } else if (dtype == DType::kF64) {
     f(double{});
   } else {
-    throw_invalid_argument(function, "dtype", std::string("must be f32 or f64, not ") + to_string(dtype));
+    throw_invalid_argument(function, "dtype", std::string("must be f32 or f64, not ") + dtype_name(dtype));
   }
 }
 

@@ -15,28 +15,6 @@
 
 namespace dtl::nn {
 
-std::size_t dtype_size(DType dtype) noexcept {
-  switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kF64: return 8;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kI32: return 4;
-  }
-  return 0;
-}
-
-const char* to_string(DType dtype) noexcept {
-  switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kF64: return "f64";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kI32: return "i32";
-  }
-  return "unknown";
-}
-
 std::int64_t shape_numel(const Shape& shape) noexcept {
   std::int64_t n = 1;
   for (const std::int64_t s : shape) n *= s;
@@ -157,7 +135,7 @@ Tensor Tensor::from_values(const Shape& shape, std::span<const double> values, D
                   "has " + std::to_string(values.size()) + " elements; shape " + to_string(shape) +
                       " needs " + std::to_string(shape_numel(shape)));
   DTL_REQUIRE_ARG(dtype == DType::kF32 || dtype == DType::kF64, "Tensor::from_values", "dtype",
-                  std::string("must be f32 or f64, not ") + to_string(dtype));
+                  std::string("must be f32 or f64, not ") + dtype_name(dtype));
   Tensor t = zeros(shape, dtype, category);
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (dtype == DType::kF32) {
@@ -191,7 +169,7 @@ void* Tensor::raw() const noexcept {
 void Tensor::check_access(DType wanted) const {
   DTL_REQUIRE_ARG(defined(), "Tensor::data", "this", "is an undefined tensor");
   DTL_REQUIRE_ARG(wanted == dtype_, "Tensor::data", "T",
-                  std::string("is ") + to_string(wanted) + " but the tensor holds " + to_string(dtype_));
+                  std::string("is ") + dtype_name(wanted) + " but the tensor holds " + dtype_name(dtype_));
   DTL_REQUIRE_ARG(storage_->is_allocated(), "Tensor::data", "this",
                   "views a storage that was released (call Storage::allocate() first)");
 }
@@ -229,8 +207,8 @@ Tensor Tensor::clone(MemoryCategory category) const {
 
 void Tensor::copy_from(const Tensor& src) const {
   DTL_REQUIRE_ARG(src.dtype_ == dtype_ && src.numel_ == numel_, "Tensor::copy_from", "src",
-                  std::string("is ") + to_string(src.dtype_) + " " + to_string(src.shape_) +
-                      ", this is " + to_string(dtype_) + " " + to_string(shape_));
+                  std::string("is ") + dtype_name(src.dtype_) + " " + to_string(src.shape_) +
+                      ", this is " + dtype_name(dtype_) + " " + to_string(shape_));
   if (numel_ == 0) return;
   DTL_REQUIRE_ARG(raw() != nullptr, "Tensor::copy_from", "this", "has no memory (released?)");
   DTL_REQUIRE_ARG(src.raw() != nullptr, "Tensor::copy_from", "src", "has no memory (released?)");

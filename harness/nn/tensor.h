@@ -26,42 +26,23 @@
 #include <string>
 #include <vector>
 
+#include "harness/dtype.h"
 #include "harness/nn/half.h"
 #include "harness/nn/memory.h"
 
+namespace dtl {
+/// @cond
+// The host types of the 16-bit DTypes (harness/dtype.h declares dtype_of()).
+template <> constexpr DType dtype_of<nn::f16>() noexcept { return DType::kF16; }
+template <> constexpr DType dtype_of<nn::bf16>() noexcept { return DType::kBF16; }
+/// @endcond
+}  // namespace dtl
+
 namespace dtl::nn {
 
-/// @brief Element type of a tensor.
-enum class DType : int {
-  kF32 = 0,  ///< float: the compute type of training
-  kF64,      ///< double: gradient checks
-  kF16,      ///< dtl::nn::f16 storage (lab 05)
-  kBF16,     ///< dtl::nn::bf16 storage (lab 05)
-  kI32,      ///< std::int32_t: token ids and class labels
-};
-
-/// @brief Bytes per element.
-/// @param[in] dtype the type.
-/// @return 4, 8, 2, 2 or 4.
-std::size_t dtype_size(DType dtype) noexcept;
-
-/// @brief The type's name, e.g. "f32".
-/// @param[in] dtype the type.
-/// @return a static name.
-const char* to_string(DType dtype) noexcept;
-
-/// @brief The DType of a C++ element type (float, double, f16, bf16, std::int32_t).
-/// @tparam T the element type.
-/// @return its DType.
-template <typename T>
-constexpr DType dtype_of() noexcept;
-/// @cond
-template <> constexpr DType dtype_of<float>() noexcept { return DType::kF32; }
-template <> constexpr DType dtype_of<double>() noexcept { return DType::kF64; }
-template <> constexpr DType dtype_of<f16>() noexcept { return DType::kF16; }
-template <> constexpr DType dtype_of<bf16>() noexcept { return DType::kBF16; }
-template <> constexpr DType dtype_of<std::int32_t>() noexcept { return DType::kI32; }
-/// @endcond
+// A tensor's element type is dtl::DType (harness/dtype.h), the same vocabulary
+// the communicators take: a tensor's dtype() goes straight to a collective.
+using ::dtl::DType;
 
 /// @brief A tensor's shape: sizes of its dimensions, outermost first (row-major).
 using Shape = std::vector<std::int64_t>;

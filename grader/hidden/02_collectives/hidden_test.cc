@@ -245,10 +245,10 @@ TEST(HiddenScatterGather, RejectsBadArguments) {
 // ---------------------------------------------------------------------------
 
 template <typename T>
-void check_reduce(const dtl::Comm& on, const std::string& where, lab::ReduceOp op, MPI_Op vendor_op, int root,
+void check_reduce(const dtl::Comm& on, const std::string& where, dtl::ReduceOp op, MPI_Op vendor_op, int root,
                   std::size_t count, int tag) {
   const int rank = on.rank();
-  const char* op_name = op == lab::ReduceOp::kSum ? "sum" : op == lab::ReduceOp::kMax ? "max" : "min";
+  const char* op_name = op == dtl::ReduceOp::kSum ? "sum" : op == dtl::ReduceOp::kMax ? "max" : "min";
   const std::string what = describe(std::string("reduce ") + op_name, type_name<T>(), root, count, tag, on, where);
   const auto send = values<T>(count, 3 * rank + 2);
   std::vector<T> recv(count, T{-1}), expected(count, T{-1});  // full size on every rank: only the root's is written
@@ -266,8 +266,8 @@ void check_reduce(const dtl::Comm& on, const std::string& where, lab::ReduceOp o
 }
 
 TEST(HiddenReduce, EveryOpOtherRootsCountsAndCommunicators) {
-  const std::pair<lab::ReduceOp, MPI_Op> ops[] = {
-      {lab::ReduceOp::kMax, MPI_MAX}, {lab::ReduceOp::kSum, MPI_SUM}, {lab::ReduceOp::kMin, MPI_MIN}};
+  const std::pair<dtl::ReduceOp, MPI_Op> ops[] = {
+      {dtl::ReduceOp::kMax, MPI_MAX}, {dtl::ReduceOp::kSum, MPI_SUM}, {dtl::ReduceOp::kMin, MPI_MIN}};
   on_each_communicator([&](const dtl::Comm& on, const std::string& where) {
     std::size_t k = 0;
     for (int root = 0; root < on.size(); root += 2) {
@@ -286,11 +286,11 @@ TEST(HiddenReduce, EveryOpOtherRootsCountsAndCommunicators) {
 TEST(HiddenReduce, RejectsBadArguments) {
   const std::vector<float> send(6);
   std::vector<float> recv(6), shorter(5);  // shorter is wrong on every rank: neither empty nor 6
-  EXPECT_THAT([&] { lab::reduce<float>(comm(), send, shorter, lab::ReduceOp::kSum, 0, 0); },
+  EXPECT_THAT([&] { lab::reduce<float>(comm(), send, shorter, dtl::ReduceOp::kSum, 0, 0); },
               ThrowsMessage<dtl::InvalidArgument>(HasSubstr("'recv_buf'")));
-  EXPECT_THAT([&] { lab::reduce<float>(comm(), send, recv, static_cast<lab::ReduceOp>(-1), 0, 0); },
+  EXPECT_THAT([&] { lab::reduce<float>(comm(), send, recv, static_cast<dtl::ReduceOp>(-1), 0, 0); },
               ThrowsMessage<dtl::InvalidArgument>(HasSubstr("'op'")));
-  EXPECT_THAT([&] { lab::reduce<float>(comm(), send, recv, lab::ReduceOp::kMin, 0, 32768); },
+  EXPECT_THAT([&] { lab::reduce<float>(comm(), send, recv, dtl::ReduceOp::kMin, 0, 32768); },
               ThrowsMessage<dtl::InvalidArgument>(HasSubstr("'tag'")));
 }
 

@@ -49,7 +49,7 @@ std::vector<std::size_t> hidden_counts(int p) {
   return {0, 1, n > 2 ? n - 2 : 1, 2 * n, 5 * n - 1, 65539};
 }
 
-std::string describe(const std::string& function, const std::string& type, Op op, std::size_t count, int tag,
+std::string describe(const std::string& function, const std::string& type, ReduceOp op, std::size_t count, int tag,
                      const dtl::Comm& on, const std::string& where) {
   return case_name(function, type, op, count) + ", tag " + std::to_string(tag) + ", on " + where + " (rank " +
          std::to_string(on.rank()) + " of " + std::to_string(on.size()) + ")";
@@ -57,11 +57,11 @@ std::string describe(const std::string& function, const std::string& type, Op op
 
 // The oracle on `on`: MPI_Allreduce's sum, divided by P afterwards for the average.
 template <typename T>
-std::vector<T> vendor_allreduce_on(const dtl::Comm& on, const std::vector<T>& mine, Op op) {
+std::vector<T> vendor_allreduce_on(const dtl::Comm& on, const std::vector<T>& mine, ReduceOp op) {
   std::vector<T> sum(mine.size());
   DTL_MPI_CHECK(MPI_Allreduce(mine.data(), sum.data(), static_cast<int>(mine.size()), dtl::mpi_datatype<T>(),
                               MPI_SUM, on));
-  if (op == Op::kAvg) {
+  if (op == ReduceOp::kAvg) {
     for (T& x : sum) x /= static_cast<T>(on.size());
   }
   return sum;
@@ -81,7 +81,7 @@ std::int64_t allgather_sends(std::size_t count, int p, int rank) {
 // ---------------------------------------------------------------------------
 
 template <typename T>
-void check_reduce_scatter(const dtl::Comm& on, const std::string& where, Op op, std::size_t count, int tag) {
+void check_reduce_scatter(const dtl::Comm& on, const std::string& where, ReduceOp op, std::size_t count, int tag) {
   const int rank = on.rank(), p = on.size();
   const std::string what = describe("reduce_scatter_ring", type_name<T>(), op, count, tag, on, where);
   const std::vector<T> mine = values<T>(count, 2 * rank + 5);
@@ -91,7 +91,7 @@ void check_reduce_scatter(const dtl::Comm& on, const std::string& where, Op op, 
   for (int c = 0; c < p; ++c) chunks[c] = static_cast<int>(chunk_count(count, p, c));
   std::vector<T> expected(chunks[rank]);
   DTL_MPI_CHECK(MPI_Reduce_scatter(mine.data(), expected.data(), chunks.data(), dtl::mpi_datatype<T>(), MPI_SUM, on));
-  if (op == Op::kAvg) {
+  if (op == ReduceOp::kAvg) {
     for (T& x : expected) x /= static_cast<T>(p);
   }
   const auto begin = buf.begin() + static_cast<std::ptrdiff_t>(chunk_begin(count, p, rank));
@@ -106,7 +106,7 @@ TEST(HiddenRing, ReduceScatterOnItsOwn) {
   on_each_communicator([](const dtl::Comm& on, const std::string& where) {
     std::size_t k = 0;
     for (std::size_t count : hidden_counts(on.size())) {
-      for (Op op : {Op::kAvg, Op::kSum}) {
+      for (ReduceOp op : {ReduceOp::kAvg, ReduceOp::kSum}) {
         if (!keep_going_on(on)) return;
         with_type(k++, [&](auto type) {
           check_reduce_scatter<typename decltype(type)::type>(on, where, op, count, 77);
@@ -119,7 +119,7 @@ TEST(HiddenRing, ReduceScatterOnItsOwn) {
 template <typename T>
 void check_allgather(const dtl::Comm& on, const std::string& where, std::size_t count, int tag) {
   const int rank = on.rank(), p = on.size();
-  const std::string what = describe("allgather_ring", type_name<T>(), Op::kSum, count, tag, on, where);
+  const std::string what = describe("allgather_ring", type_name<T>(), ReduceOp::kSum, count, tag, on, where);
   // Chunk `rank` holds this rank's part; the rest is garbage the ring must overwrite.
   const std::vector<T> mine = values<T>(count, rank + 11);
   const std::size_t begin = chunk_begin(count, p, rank), n = chunk_count(count, p, rank);
@@ -151,7 +151,7 @@ TEST(HiddenRing, AllgatherOnItsOwn) {
 }
 
 template <typename T>
-void check_allreduce(const dtl::Comm& on, const std::string& where, Op op, std::size_t count, int tag) {
+void check_allreduce(const dtl::Comm& on, const std::string& where, ReduceOp op, std::size_t count, int tag) {
   const int rank = on.rank(), p = on.size();
   const std::string what = describe("allreduce_ring", type_name<T>(), op, count, tag, on, where);
   const std::vector<T> mine = values<T>(count, 4 * rank + 3);
@@ -174,7 +174,7 @@ TEST(HiddenRing, AllreduceOnOtherCountsTagsAndCommunicators) {
     std::vector<std::size_t> counts = hidden_counts(on.size());
     counts.push_back(262147);  // 1 MiB of floats, far past every eager limit
     for (std::size_t count : counts) {
-      for (Op op : {Op::kSum, Op::kAvg}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
         if (!keep_going_on(on)) return;
         with_type(count == 262147 ? 0 : k++, [&](auto type) {
           check_allreduce<typename decltype(type)::type>(on, where, op, count, 0);
@@ -194,15 +194,15 @@ TEST(HiddenRing, AverageDividesOnceAtTheEnd) {
       if (!keep_going_on(on)) return;
       const std::string what = "average, count " + std::to_string(count) + ", on " + where;
       std::vector<std::int32_t> ints(count, 1), rs_ints(count, 1);
-      lab03::allreduce_ring<std::int32_t>(on, ints, Op::kAvg, 32767);
+      lab03::allreduce_ring<std::int32_t>(on, ints, ReduceOp::kAvg, 32767);
       EXPECT_TRUE(buffers_equal(std::vector<std::int32_t>(count, 1), ints, "allreduce_ring int32 " + what));
-      lab03::reduce_scatter_ring<std::int32_t>(on, rs_ints, Op::kAvg, 32767);
+      lab03::reduce_scatter_ring<std::int32_t>(on, rs_ints, ReduceOp::kAvg, 32767);
       const std::size_t n = chunk_count(count, p, on.rank());
       const auto begin = rs_ints.begin() + static_cast<std::ptrdiff_t>(chunk_begin(count, p, on.rank()));
       EXPECT_TRUE(buffers_equal(std::vector<std::int32_t>(n, 1), std::vector<std::int32_t>(begin, begin + n),
                                 "own chunk of reduce_scatter_ring int32 " + what));
       std::vector<float> floats(count, 0.1f);
-      lab03::allreduce_ring<float>(on, floats, Op::kAvg, 32767);
+      lab03::allreduce_ring<float>(on, floats, ReduceOp::kAvg, 32767);
       float sum = 0.0f;
       for (int r = 0; r < p; ++r) sum += 0.1f;
       EXPECT_TRUE(buffers_equal(std::vector<float>(count, sum / static_cast<float>(p)), floats,
@@ -219,11 +219,11 @@ TEST(HiddenRing, HalvesWithTheirOwnTagsAndBackToBack) {
     if (!keep_going()) return;
     const std::size_t count = 10007 + static_cast<std::size_t>(round) * p;
     const std::vector<std::int32_t> mine = values<std::int32_t>(count, 7 * rank + round);
-    const auto expected = vendor_allreduce_on(comm(), mine, Op::kSum);
+    const auto expected = vendor_allreduce_on(comm(), mine, ReduceOp::kSum);
     std::vector<std::int32_t> halves = mine, whole = mine;
-    lab03::reduce_scatter_ring<std::int32_t>(comm(), halves, Op::kSum, 100 + round);
+    lab03::reduce_scatter_ring<std::int32_t>(comm(), halves, ReduceOp::kSum, 100 + round);
     lab03::allgather_ring<std::int32_t>(comm(), halves, 200 + round);
-    lab03::allreduce_ring<std::int32_t>(comm(), whole, Op::kSum, 300);
+    lab03::allreduce_ring<std::int32_t>(comm(), whole, ReduceOp::kSum, 300);
     EXPECT_TRUE(buffers_equal(expected, halves, "reduce_scatter_ring (tag " + std::to_string(100 + round) +
                                                     ") then allgather_ring (tag " + std::to_string(200 + round) +
                                                     "), round " + std::to_string(round)));
@@ -234,9 +234,9 @@ TEST(HiddenRing, HalvesWithTheirOwnTagsAndBackToBack) {
 TEST(HiddenRing, RejectsBadArguments) {
   std::vector<double> buf(9, 1.0);
   for (int tag : {-2, 40000}) {
-    EXPECT_THROW(lab03::reduce_scatter_ring<double>(comm(), buf, Op::kAvg, tag), dtl::InvalidArgument) << "tag " << tag;
+    EXPECT_THROW(lab03::reduce_scatter_ring<double>(comm(), buf, ReduceOp::kAvg, tag), dtl::InvalidArgument) << "tag " << tag;
     EXPECT_THROW(lab03::allgather_ring<double>(comm(), buf, tag), dtl::InvalidArgument) << "tag " << tag;
-    EXPECT_THROW(lab03::allreduce_ring<double>(comm(), buf, Op::kAvg, tag), dtl::InvalidArgument) << "tag " << tag;
+    EXPECT_THROW(lab03::allreduce_ring<double>(comm(), buf, ReduceOp::kAvg, tag), dtl::InvalidArgument) << "tag " << tag;
   }
 }
 
@@ -257,7 +257,7 @@ std::int64_t segmented_messages(std::size_t count, int p, int rank, std::size_t 
 }
 
 template <typename T>
-void check_segmented(const dtl::Comm& on, const std::string& where, Op op, std::size_t count, std::size_t segment,
+void check_segmented(const dtl::Comm& on, const std::string& where, ReduceOp op, std::size_t count, std::size_t segment,
                      int tag) {
   const int rank = on.rank(), p = on.size();
   const std::string what = describe("allreduce_ring_segmented", type_name<T>(), op, count, tag, on, where) +
@@ -284,7 +284,7 @@ TEST(HiddenSegmented, OtherCountsSegmentsTagsAndCommunicators) {
         // Tiny segments of a large buffer mean 10^4 requests in flight: slow, and they prove nothing more.
         if (segment * 1000 < chunk) continue;
         if (!keep_going_on(on)) return;
-        const Op op = k % 2 ? Op::kAvg : Op::kSum;
+        const ReduceOp op = k % 2 ? ReduceOp::kAvg : ReduceOp::kSum;
         with_type(k / 2 + k, [&](auto type) {
           check_segmented<typename decltype(type)::type>(on, where, op, count, segment, 4321);
         });
@@ -296,9 +296,9 @@ TEST(HiddenSegmented, OtherCountsSegmentsTagsAndCommunicators) {
 
 TEST(HiddenSegmented, RejectsBadArguments) {
   std::vector<std::int32_t> buf(9, 1);
-  EXPECT_THROW(lab03::allreduce_ring_segmented<std::int32_t>(comm(), buf, Op::kAvg, 8, 0), dtl::InvalidArgument)
+  EXPECT_THROW(lab03::allreduce_ring_segmented<std::int32_t>(comm(), buf, ReduceOp::kAvg, 8, 0), dtl::InvalidArgument)
       << "segment_elements 0";
-  EXPECT_THROW(lab03::allreduce_ring_segmented<std::int32_t>(comm(), buf, Op::kSum, 32768, 4), dtl::InvalidArgument)
+  EXPECT_THROW(lab03::allreduce_ring_segmented<std::int32_t>(comm(), buf, ReduceOp::kSum, 32768, 4), dtl::InvalidArgument)
       << "tag 32768";
 }
 

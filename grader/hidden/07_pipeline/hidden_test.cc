@@ -27,7 +27,7 @@ TEST(HiddenPipeline, DeepPipelinesEqualOneProcess) {
         EXPECT_TRUE(close_to(unit_values(oracle.model, run.begin, run.end), run.values,
                              std::string(model_name(kind)) + " " + order_name(order) + ", m = " + std::to_string(m)));
         std::vector<Action> ran;
-        for (const lab07::Event& e : run.events) ran.push_back({e.op, e.micro_batch});
+        for (const lab07::Event& e : run.events) ran.push_back({e.pass, e.micro_batch});
         EXPECT_EQ(text(ran), text(order_of(order, P, s, m)));
       }
     }
@@ -84,7 +84,7 @@ TEST(HiddenStash, VersionsAtDeepPipelines) {
   const int warm_up = std::min(P - s - 1, m);
   for (const lab07::Event& e : run.events) {
     EXPECT_EQ(e.version, std::max(0, e.micro_batch - warm_up))
-        << "stage " << s << ": " << static_cast<char>(e.op) << e.micro_batch;
+        << "stage " << s << ": " << static_cast<char>(e.pass) << e.micro_batch;
   }
   for (int i = 0; i < m; ++i) {
     EXPECT_TRUE(run.forward_weights[static_cast<std::size_t>(i)] == run.backward_weights[static_cast<std::size_t>(i)])

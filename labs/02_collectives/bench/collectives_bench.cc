@@ -147,7 +147,7 @@ Row reduce_row(std::size_t bytes) {
   b->impl_out.assign(out, -1.0f);
   b->vendor_out.assign(out, -2.0f);
   Row row = row_of(n * sizeof(float), 1.0, true);
-  row.impl = [b] { lab::reduce<float>(comm(), b->send, b->impl_out, lab::ReduceOp::kSum, kRoot, kTag); };
+  row.impl = [b] { lab::reduce<float>(comm(), b->send, b->impl_out, dtl::ReduceOp::kSum, kRoot, kTag); };
   row.vendor = [b, n] {
     DTL_MPI_CHECK(MPI_Reduce(b->send.data(), b->vendor_out.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, kRoot,
                              comm()));

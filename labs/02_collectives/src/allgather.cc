@@ -82,7 +82,7 @@ void allgather_recursive_doubling(MPI_Comm comm, std::span<const T> send_buf, st
   throw dtl::NotImplemented("allgather_recursive_doubling");
 }
 
-// The element types of the lab (lab02::Element): one instance of each function per type.
+// The element types of the lab (dtl::Element): one instance of each function per type.
 template void allgather_ring<float>(MPI_Comm, std::span<const float>, std::span<float>, int);
 template void allgather_ring<double>(MPI_Comm, std::span<const double>, std::span<double>, int);
 template void allgather_ring<std::int32_t>(MPI_Comm, std::span<const std::int32_t>, std::span<std::int32_t>, int);

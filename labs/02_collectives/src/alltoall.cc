@@ -61,7 +61,7 @@ void alltoall_pairwise(MPI_Comm comm, std::span<const T> send_buf, std::span<T> 
   throw dtl::NotImplemented("alltoall_pairwise");
 }
 
-// The element types of the lab (lab02::Element): one instance per type.
+// The element types of the lab (dtl::Element): one instance per type.
 template void alltoall_pairwise<float>(MPI_Comm, std::span<const float>, std::span<float>, int);
 template void alltoall_pairwise<double>(MPI_Comm, std::span<const double>, std::span<double>, int);
 template void alltoall_pairwise<std::int32_t>(MPI_Comm, std::span<const std::int32_t>, std::span<std::int32_t>,

@@ -46,8 +46,7 @@ namespace dtl::lab02 {
 template <Element T>
 void reduce(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, ReduceOp op, int root, int tag) {
   const auto [rank, size] = rank_and_size(comm);
-  DTL_REQUIRE_ARG(op == ReduceOp::kSum || op == ReduceOp::kMax || op == ReduceOp::kMin, "reduce", "op",
-                  "is " + std::to_string(static_cast<int>(op)) + ", not kSum, kMax or kMin");
+  require_op("reduce", op, {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin});
   require_rank("reduce", "root", root, size);
   require_tag("reduce", tag);
   DTL_REQUIRE_ARG(recv_buf.size() == send_buf.size() || (rank != root && recv_buf.empty()), "reduce", "recv_buf",
@@ -68,7 +67,7 @@ void reduce(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, R
   throw dtl::NotImplemented("reduce");
 }
 
-// The element types of the lab (lab02::Element): one instance per type.
+// The element types of the lab (dtl::Element): one instance per type.
 template void reduce<float>(MPI_Comm, std::span<const float>, std::span<float>, ReduceOp, int, int);
 template void reduce<double>(MPI_Comm, std::span<const double>, std::span<double>, ReduceOp, int, int);
 template void reduce<std::int32_t>(MPI_Comm, std::span<const std::int32_t>, std::span<std::int32_t>, ReduceOp, int,

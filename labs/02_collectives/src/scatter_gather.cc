@@ -96,7 +96,7 @@ void gather(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, i
   throw dtl::NotImplemented("gather");
 }
 
-// The element types of the lab (lab02::Element): one instance of each function per type.
+// The element types of the lab (dtl::Element): one instance of each function per type.
 template void scatter<float>(MPI_Comm, std::span<const float>, std::span<float>, int, int);
 template void scatter<double>(MPI_Comm, std::span<const double>, std::span<double>, int, int);
 template void scatter<std::int32_t>(MPI_Comm, std::span<const std::int32_t>, std::span<std::int32_t>, int, int);

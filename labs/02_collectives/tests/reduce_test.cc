@@ -17,7 +17,7 @@
 namespace {
 
 using namespace lab02_test;
-using dtl::lab02::ReduceOp;
+using dtl::ReduceOp;
 using dtl::testing::buffers_equal;
 
 constexpr int kTag = 7;

@@ -46,7 +46,7 @@ namespace {
 
 using dtl::bench::comm;
 using dtl::bench::CollectiveRow;
-using dtl::lab03::Op;
+using dtl::ReduceOp;
 namespace lab03 = dtl::lab03;
 
 constexpr int kTag = 6;
@@ -134,10 +134,10 @@ CollectiveRow allreduce_row(std::size_t bytes, std::size_t segment_bytes) {
   row.bytes = n * sizeof(float);
   row.bus_factor = 2.0 * (ranks() - 1) / ranks();
   if (segment_bytes == 0) {
-    row.impl = [b] { lab03::allreduce_ring<float>(comm(), b->ring, Op::kSum, kTag); };
+    row.impl = [b] { lab03::allreduce_ring<float>(comm(), b->ring, ReduceOp::kSum, kTag); };
   } else {
     const std::size_t segment = segment_bytes / sizeof(float);
-    row.impl = [b, segment] { lab03::allreduce_ring_segmented<float>(comm(), b->ring, Op::kSum, kTag, segment); };
+    row.impl = [b, segment] { lab03::allreduce_ring_segmented<float>(comm(), b->ring, ReduceOp::kSum, kTag, segment); };
   }
   const auto allreduce_on = [b, n](MPI_Comm on) {
     return [b, n, on] {
@@ -159,7 +159,7 @@ CollectiveRow reduce_scatter_row(std::size_t bytes) {
   CollectiveRow row;
   row.bytes = n * sizeof(float);
   row.bus_factor = static_cast<double>(ranks() - 1) / ranks();
-  row.impl = [b] { lab03::reduce_scatter_ring<float>(comm(), b->ring, Op::kSum, kTag); };
+  row.impl = [b] { lab03::reduce_scatter_ring<float>(comm(), b->ring, ReduceOp::kSum, kTag); };
   row.vendor = [b, counts] {
     DTL_MPI_CHECK(MPI_Reduce_scatter(b->input.data(), b->vendor.data(), counts.data(), MPI_FLOAT, MPI_SUM, comm()));
   };

@@ -46,9 +46,10 @@
 
 namespace dtl::lab03 {
 template <Element T>
-void reduce_scatter_ring(MPI_Comm comm, std::span<T> buf, Op op, int tag) {
+void reduce_scatter_ring(MPI_Comm comm, std::span<T> buf, ReduceOp op, int tag) {
   const auto [rank, size] = rank_and_size(comm);
   require_tag("reduce_scatter_ring", tag);
+  require_op("reduce_scatter_ring", op, {ReduceOp::kSum, ReduceOp::kAvg});
   to_mpi_count(buf.size(), "reduce_scatter_ring", "buf");
   if (buf.empty()) return;
   const MPI_Datatype type = mpi_datatype<T>();
@@ -60,7 +61,7 @@ void reduce_scatter_ring(MPI_Comm comm, std::span<T> buf, Op op, int tag) {
   //   `right` and receive chunk s.recv_chunk's size into scratch from `left`; then
   //   add scratch into chunk s.recv_chunk of buf. Every step sends one message,
   //   even an empty one (count < size leaves chunks empty): the tests count them.
-  //   With Op::kAvg divide your own chunk (`rank`) by size at the very end, once.
+  //   With ReduceOp::kAvg divide your own chunk (`rank`) by size at the very end, once.
   throw dtl::NotImplemented("reduce_scatter_ring");
 }
 
@@ -81,17 +82,18 @@ void allgather_ring(MPI_Comm comm, std::span<T> buf, int tag) {
 }
 
 template <Element T>
-void allreduce_ring(MPI_Comm comm, std::span<T> buf, Op op, int tag) {
+void allreduce_ring(MPI_Comm comm, std::span<T> buf, ReduceOp op, int tag) {
   require_tag("allreduce_ring", tag);
+  require_op("allreduce_ring", op, {ReduceOp::kSum, ReduceOp::kAvg});
   to_mpi_count(buf.size(), "allreduce_ring", "buf");
   // TODO(student): The two halves in sequence, on the same buffer and tag.
   throw dtl::NotImplemented("allreduce_ring");
 }
 
 #define DTL_LAB03_INSTANTIATE(T)                                          \
-  template void reduce_scatter_ring<T>(MPI_Comm, std::span<T>, Op, int); \
+  template void reduce_scatter_ring<T>(MPI_Comm, std::span<T>, ReduceOp, int); \
   template void allgather_ring<T>(MPI_Comm, std::span<T>, int);          \
-  template void allreduce_ring<T>(MPI_Comm, std::span<T>, Op, int);
+  template void allreduce_ring<T>(MPI_Comm, std::span<T>, ReduceOp, int);
 DTL_LAB03_INSTANTIATE(float)
 DTL_LAB03_INSTANTIATE(double)
 DTL_LAB03_INSTANTIATE(std::int32_t)

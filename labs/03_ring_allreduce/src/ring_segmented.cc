@@ -52,9 +52,10 @@
 namespace dtl::lab03 {
 
 template <Element T>
-void allreduce_ring_segmented(MPI_Comm comm, std::span<T> buf, Op op, int tag, std::size_t segment_elements) {
+void allreduce_ring_segmented(MPI_Comm comm, std::span<T> buf, ReduceOp op, int tag, std::size_t segment_elements) {
   const auto [rank, size] = rank_and_size(comm);
   require_tag("allreduce_ring_segmented", tag);
+  require_op("allreduce_ring_segmented", op, {ReduceOp::kSum, ReduceOp::kAvg});
   DTL_REQUIRE_ARG(segment_elements >= 1, "allreduce_ring_segmented", "segment_elements",
                   "is 0; a segment must hold at least one element");
   to_mpi_count(buf.size(), "allreduce_ring_segmented", "buf");
@@ -71,14 +72,14 @@ void allreduce_ring_segmented(MPI_Comm comm, std::span<T> buf, Op op, int tag, s
   //   (reduce steps: into the scratch not in use; copy steps: into buf, after waiting
   //   for the reduce-scatter sends of the same chunk). Then for each segment k of
   //   step s: MPI_Wait its receive; on a reduce step add it into buf; at the last
-  //   reduce step with Op::kAvg divide it by size (it is final: chunk `rank`); and
+  //   reduce step with ReduceOp::kAvg divide it by size (it is final: chunk `rank`); and
   //   unless s is the last step, MPI_Isend segment k onward (it is step s+1's).
   //   Finish with MPI_Waitall on every send.
   throw dtl::NotImplemented("allreduce_ring_segmented");
 }
 
 #define DTL_LAB03_INSTANTIATE(T) \
-  template void allreduce_ring_segmented<T>(MPI_Comm, std::span<T>, Op, int, std::size_t);
+  template void allreduce_ring_segmented<T>(MPI_Comm, std::span<T>, ReduceOp, int, std::size_t);
 DTL_LAB03_INSTANTIATE(float)
 DTL_LAB03_INSTANTIATE(double)
 DTL_LAB03_INSTANTIATE(std::int32_t)

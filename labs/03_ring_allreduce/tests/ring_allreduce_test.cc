@@ -27,7 +27,7 @@ TEST(ReduceScatterRing, MatchesVendor) {
   const int size = comm().size();
   for_each_type([&](auto type) {
     using T = typename decltype(type)::type;
-    for (Op op : {Op::kSum, Op::kAvg}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
       for (std::size_t count : sweep_counts()) {
         if (!keep_going()) return;
         const std::string what = case_name("reduce_scatter_ring", type_name<T>(), op, count);
@@ -42,7 +42,7 @@ TEST(ReduceScatterRing, MatchesVendor) {
         std::vector<T> expected(chunks[rank]);
         DTL_MPI_CHECK(MPI_Reduce_scatter(mine.data(), expected.data(), chunks.data(), dtl::mpi_datatype<T>(), MPI_SUM,
                                          comm()));
-        if (op == Op::kAvg) {
+        if (op == ReduceOp::kAvg) {
           for (T& x : expected) x /= static_cast<T>(size);
         }
         const std::vector<T> got(buf.begin() + static_cast<std::ptrdiff_t>(chunk_begin(count, size, rank)),
@@ -100,7 +100,7 @@ TEST(AllreduceRing, MatchesVendor) {
   const int size = comm().size();
   for_each_type([&](auto type) {
     using T = typename decltype(type)::type;
-    for (Op op : {Op::kSum, Op::kAvg}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
       for (std::size_t count : sweep_counts(std::is_same_v<T, float>)) {
         if (!keep_going()) return;
         const std::string what = case_name("allreduce_ring", type_name<T>(), op, count);
@@ -133,10 +133,10 @@ TEST(AllreduceRing, AverageDividesOnceAtTheEnd) {
   // not a power of two; the int part does it at every P > 1.
   const int size = comm().size();
   std::vector<std::int32_t> ints(10, 1);
-  lab03::allreduce_ring<std::int32_t>(comm(), ints, Op::kAvg, kTag);
+  lab03::allreduce_ring<std::int32_t>(comm(), ints, ReduceOp::kAvg, kTag);
   EXPECT_TRUE(buffers_equal(std::vector<std::int32_t>(10, 1), ints, "int32 average of ones"));
   std::vector<float> floats(10, 0.1f);
-  lab03::allreduce_ring<float>(comm(), floats, Op::kAvg, kTag);
+  lab03::allreduce_ring<float>(comm(), floats, ReduceOp::kAvg, kTag);
   std::vector<float> expected(10, 0.1f);
   for (float& x : expected) {
     float sum = 0;
@@ -149,12 +149,12 @@ TEST(AllreduceRing, AverageDividesOnceAtTheEnd) {
 TEST(AllreduceRing, RejectsBadArguments) {
   std::vector<float> buf(8, 1.0f);
   for (int tag : {-1, 32768}) {
-    EXPECT_THROW(lab03::reduce_scatter_ring<float>(comm(), buf, Op::kSum, tag), dtl::InvalidArgument) << "tag " << tag;
+    EXPECT_THROW(lab03::reduce_scatter_ring<float>(comm(), buf, ReduceOp::kSum, tag), dtl::InvalidArgument) << "tag " << tag;
     EXPECT_THROW(lab03::allgather_ring<float>(comm(), buf, tag), dtl::InvalidArgument) << "tag " << tag;
-    EXPECT_THROW(lab03::allreduce_ring<float>(comm(), buf, Op::kSum, tag), dtl::InvalidArgument) << "tag " << tag;
+    EXPECT_THROW(lab03::allreduce_ring<float>(comm(), buf, ReduceOp::kSum, tag), dtl::InvalidArgument) << "tag " << tag;
   }
   try {
-    lab03::allreduce_ring<float>(comm(), buf, Op::kSum, -1);
+    lab03::allreduce_ring<float>(comm(), buf, ReduceOp::kSum, -1);
   } catch (const dtl::InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("tag"), std::string::npos) << "the error names the argument: " << e.what();
   } catch (...) {

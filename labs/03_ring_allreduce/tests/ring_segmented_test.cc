@@ -39,7 +39,7 @@ TEST(AllreduceRingSegmented, MatchesVendor) {
   const int size = comm().size();
   for_each_type([&](auto type) {
     using T = typename decltype(type)::type;
-    for (Op op : {Op::kSum, Op::kAvg}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
       for (std::size_t count : sweep_counts(std::is_same_v<T, float>)) {
         for (std::size_t segment : {std::size_t{1}, std::size_t{7}, std::size_t{4096}, std::size_t{1} << 22}) {
           // Tiny segments of a large buffer mean 10^5 requests in flight, which MPI
@@ -72,12 +72,12 @@ TEST(AllreduceRingSegmented, MatchesVendor) {
 
 TEST(AllreduceRingSegmented, RejectsBadArguments) {
   std::vector<float> buf(8, 1.0f);
-  EXPECT_THROW(lab03::allreduce_ring_segmented<float>(comm(), buf, Op::kSum, kTag, 0), dtl::InvalidArgument)
+  EXPECT_THROW(lab03::allreduce_ring_segmented<float>(comm(), buf, ReduceOp::kSum, kTag, 0), dtl::InvalidArgument)
       << "segment_elements 0";
-  EXPECT_THROW(lab03::allreduce_ring_segmented<float>(comm(), buf, Op::kSum, -1, 16), dtl::InvalidArgument)
+  EXPECT_THROW(lab03::allreduce_ring_segmented<float>(comm(), buf, ReduceOp::kSum, -1, 16), dtl::InvalidArgument)
       << "tag -1";
   try {
-    lab03::allreduce_ring_segmented<float>(comm(), buf, Op::kSum, kTag, 0);
+    lab03::allreduce_ring_segmented<float>(comm(), buf, ReduceOp::kSum, kTag, 0);
   } catch (const dtl::InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("segment_elements"), std::string::npos)
         << "the error names the argument: " << e.what();

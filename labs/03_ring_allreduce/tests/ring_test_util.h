@@ -21,7 +21,7 @@ namespace lab03_test {
 using namespace dtl::testing;  // comm(), values(), traced(), no_vendor_collective(), ...
 using dtl::lab03::chunk_begin;
 using dtl::lab03::chunk_count;
-using dtl::lab03::Op;
+using dtl::ReduceOp;
 
 /// Empty, one element, fewer than the ranks, one more than the ranks, not
 /// divisible by the ranks, past every eager limit; `large` adds 4 MiB of floats.
@@ -33,8 +33,8 @@ inline std::vector<std::size_t> sweep_counts(bool large = false) {
 }
 
 /// "allreduce_ring, float, sum, count 31": the case, for failure messages.
-inline std::string case_name(const std::string& function, const std::string& type, Op op, std::size_t count) {
-  return function + ", " + type + ", " + (op == Op::kSum ? "sum" : "avg") + ", count " + std::to_string(count);
+inline std::string case_name(const std::string& function, const std::string& type, ReduceOp op, std::size_t count) {
+  return function + ", " + type + ", " + (op == ReduceOp::kSum ? "sum" : "avg") + ", count " + std::to_string(count);
 }
 
 /// The element counts of the P chunks of a `count`-element buffer (ring.h's layout).
@@ -44,14 +44,14 @@ inline std::vector<int> chunk_counts(std::size_t count) {
   return counts;
 }
 
-/// The oracle: MPI_Allreduce's sum of `mine`, divided by P afterwards for Op::kAvg
+/// The oracle: MPI_Allreduce's sum of `mine`, divided by P afterwards for ReduceOp::kAvg
 /// (C++ division: what "divide once, at the end" gives, truncating for integers).
 template <typename T>
-std::vector<T> vendor_allreduce(const std::vector<T>& mine, Op op) {
+std::vector<T> vendor_allreduce(const std::vector<T>& mine, ReduceOp op) {
   std::vector<T> sum(mine.size());
   DTL_MPI_CHECK(MPI_Allreduce(mine.data(), sum.data(), static_cast<int>(mine.size()), dtl::mpi_datatype<T>(), MPI_SUM,
                               comm()));
-  if (op == Op::kAvg) {
+  if (op == ReduceOp::kAvg) {
     for (T& x : sum) x /= static_cast<T>(comm().size());
   }
   return sum;

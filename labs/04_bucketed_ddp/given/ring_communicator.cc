@@ -33,8 +33,6 @@ namespace {
 
 constexpr int kRingTag = 404;
 
-lab03::Op ring_op(ReduceOp op) { return op == ReduceOp::kAvg ? lab03::Op::kAvg : lab03::Op::kSum; }
-
 // Runs `fn` with the buffer typed as `dtype` (f32, f64, i32: the types the
 // backend declares, so ThreadedCommunicator refused any other when it was issued).
 template <typename Fn>
@@ -66,7 +64,7 @@ std::unique_ptr<Communicator> make_ring_communicator(MPI_Comm parent) {
   ops.allreduce = [](MPI_Comm comm, void* buf, std::size_t count, DType dtype, ReduceOp op) {
     typed(dtype, [&](auto zero) {
       using T = decltype(zero);
-      run_ring([&] { lab03::allreduce_ring<T>(comm, {static_cast<T*>(buf), count}, ring_op(op), kRingTag); });
+      run_ring([&] { lab03::allreduce_ring<T>(comm, {static_cast<T*>(buf), count}, op, kRingTag); });
     });
   };
   ops.broadcast = [](MPI_Comm comm, void* buf, std::size_t count, DType dtype, int root) {
@@ -80,7 +78,7 @@ std::unique_ptr<Communicator> make_ring_communicator(MPI_Comm parent) {
       const auto [rank, size] = rank_and_size(comm);
       // The ring reduces in place: work on a copy, whose chunk `rank` is block `rank`.
       std::vector<T> scratch(static_cast<const T*>(send_buf), static_cast<const T*>(send_buf) + size * recv_count);
-      run_ring([&] { lab03::reduce_scatter_ring<T>(comm, std::span<T>(scratch), ring_op(op), kRingTag); });
+      run_ring([&] { lab03::reduce_scatter_ring<T>(comm, std::span<T>(scratch), op, kRingTag); });
       std::memcpy(recv_buf, scratch.data() + rank * recv_count, recv_count * sizeof(T));
     });
   };

@@ -50,17 +50,6 @@ nn::DType precision_dtype(Precision precision) {
   return nn::DType::kF32;
 }
 
-DType comm_dtype(nn::DType dtype) {
-  switch (dtype) {
-    case nn::DType::kF32: return DType::kF32;
-    case nn::DType::kF64: return DType::kF64;
-    case nn::DType::kF16: return DType::kF16;
-    case nn::DType::kBF16: return DType::kBF16;
-    case nn::DType::kI32: return DType::kI32;
-  }
-  return DType::kF32;
-}
-
 namespace {
 
 // The trainer's scaler: the hook's (the grading tests' oracle), or the LossScaler of task B.
@@ -80,8 +69,8 @@ RoundStats MixedPrecisionTrainer::round_grads() {
 }
 
 void MixedPrecisionTrainer::average_bucket(std::size_t offset, std::size_t count) {
-  const DType dtype = comm_dtype(grads_.dtype());
-  void* slice = static_cast<char*>(grads_.raw()) + offset * nn::dtype_size(grads_.dtype());
+  const DType dtype = grads_.dtype();
+  void* slice = static_cast<char*>(grads_.raw()) + offset * dtl::dtype_size(grads_.dtype());
   if (options_.precision == Precision::kF32) {
     comm_.allreduce(slice, count, dtype, ReduceOp::kAvg).wait();
   } else if (options_.hooks.average) {
@@ -94,7 +83,7 @@ void MixedPrecisionTrainer::average_bucket(std::size_t offset, std::size_t count
 MixedPrecisionTrainer::MixedPrecisionTrainer(Communicator& comm, nn::Model& model, MixedOptions options)
     : comm_(comm), model_(model), options_(std::move(options)), scaler_(make_scaler(options_)) {
   DTL_REQUIRE_ARG(model.dtype() == nn::DType::kF32, "MixedPrecisionTrainer", "model",
-                  std::string("computes in ") + nn::to_string(model.dtype()) + "; build it in f32");
+                  std::string("computes in ") + dtype_name(model.dtype()) + "; build it in f32");
   DTL_REQUIRE_ARG(!model.flat_values().defined() && !model.flat_grads().defined(), "MixedPrecisionTrainer",
                   "model", "is already flattened; the trainer lays out its buffers itself");
   DTL_REQUIRE_ARG(model.parameter_count() > 0, "MixedPrecisionTrainer", "model", "has no parameters");

@@ -139,7 +139,7 @@ TEST(UnscaleAndCheck, UnscalesInFp32AndAgreesOnInfAcrossRanks) {
         nn::convert(grads, g32);
         nn::Tensor out = nn::Tensor::zeros({n}, nn::DType::kF32, nn::MemoryCategory::kOther);
         const bool found = s.unscale_and_check(*backend_, grads, out);
-        EXPECT_EQ(found, bad >= 0) << nn::to_string(dtype) << ", poison " << poison << " on rank " << bad;
+        EXPECT_EQ(found, bad >= 0) << dtype_name(dtype) << ", poison " << poison << " on rank " << bad;
         for (std::int64_t i = 0; i < n; ++i) {
           if (bad == r && i == n - 2) continue;
           EXPECT_EQ(out.data<float>()[i], static_cast<float>((i % 11) - 5) / 4.0f) << "element " << i;

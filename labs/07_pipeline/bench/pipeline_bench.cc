@@ -338,7 +338,7 @@ void register_rows() {
 
 // One step per schedule on the emulated pipeline, recorded: a Chrome trace and an SVG picture.
 void write_svg(const std::string& path, const std::vector<double>& all, int stages, int m, const char* title) {
-  // all: per event (stage, op, micro_batch, begin, end)
+  // all: per event (stage, pass, micro_batch, begin, end)
   double t0 = 1e300, t1 = 0.0;
   for (std::size_t k = 0; k + 4 < all.size() + 1; k += 5) {
     t0 = std::min(t0, all[k + 3]);
@@ -387,11 +387,11 @@ void write_traces() {
     pipe.step();
     const std::string name = schedule_name(sched);
     timeline.write_gathered(comm(), folder + "/lab07_trace_" + name + ".json");
-    // The picture: gather (stage, op, micro-batch, begin, end) of every event to rank 0.
+    // The picture: gather (stage, pass, micro-batch, begin, end) of every event to rank 0.
     std::vector<double> mine;
     if (pipe.member()) {
       for (const lab07::Event& e : pipe.stage->events()) {
-        mine.insert(mine.end(), {static_cast<double>(comm().rank()), e.op == lab07::Op::kForward ? 0.0 : 1.0,
+        mine.insert(mine.end(), {static_cast<double>(comm().rank()), e.pass == lab07::Pass::kForward ? 0.0 : 1.0,
                                  static_cast<double>(e.micro_batch), e.begin_seconds, e.end_seconds});
       }
     }

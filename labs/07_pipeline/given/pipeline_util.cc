@@ -16,7 +16,7 @@ namespace dtl::lab07 {
 std::string schedule_string(std::span<const Action> schedule) {
   std::ostringstream out;
   for (std::size_t k = 0; k < schedule.size(); ++k) {
-    out << (k == 0 ? "" : " ") << static_cast<char>(schedule[k].op) << schedule[k].micro_batch;
+    out << (k == 0 ? "" : " ") << static_cast<char>(schedule[k].pass) << schedule[k].micro_batch;
   }
   return out.str();
 }

@@ -87,12 +87,12 @@ void PipelineStage::check_schedule(std::span<const Action> schedule) const {
   std::vector<char> forward_done(static_cast<std::size_t>(m), 0), backward_done(static_cast<std::size_t>(m), 0);
   for (std::size_t k = 0; k < schedule.size(); ++k) {
     const Action& a = schedule[k];
-    if (a.op != Op::kForward && a.op != Op::kBackward) bad(k, "is neither F nor B");
+    if (a.pass != Pass::kForward && a.pass != Pass::kBackward) bad(k, "is neither F nor B");
     if (a.micro_batch < 0 || a.micro_batch >= m) {
       bad(k, "names a micro-batch outside [0, " + std::to_string(m) + ")");
     }
     const auto i = static_cast<std::size_t>(a.micro_batch);
-    if (a.op == Op::kForward) {
+    if (a.pass == Pass::kForward) {
       if (forward_done[i]) bad(k, "repeats a forward");
       forward_done[i] = 1;
     } else {
@@ -112,7 +112,7 @@ void PipelineStage::check_schedule(std::span<const Action> schedule) const {
 
 void PipelineStage::post_receive(const Action& action) {
   const int i = action.micro_batch;
-  const bool forward = action.op == Op::kForward;
+  const bool forward = action.pass == Pass::kForward;
   // Stage 0 reads its input from x; the last stage makes its gradient from the loss.
   if (forward ? stage_ == 0 : stage_ == stages_ - 1) return;
   Pending& p = (forward ? activation_recv_ : gradient_recv_)[static_cast<std::size_t>(i)];
@@ -133,7 +133,7 @@ void PipelineStage::post_receives(std::span<const Action> schedule, std::size_t 
 
 nn::Tensor PipelineStage::wait_receive(const Action& action) {
   Pending& p =
-      (action.op == Op::kForward ? activation_recv_ : gradient_recv_)[static_cast<std::size_t>(action.micro_batch)];
+      (action.pass == Pass::kForward ? activation_recv_ : gradient_recv_)[static_cast<std::size_t>(action.micro_batch)];
   // TODO(student): MPI_Wait on the receive (a blocking wait: this is where a stage idles in the
   //   bubble) and hand the buffer over; the Pending keeps no handle to it.
   throw dtl::NotImplemented("PipelineStage::wait_receive");
@@ -163,7 +163,7 @@ void PipelineStage::wait_sends() {
 
 void PipelineStage::forward(int i, const nn::Tensor& x, const nn::Tensor& targets) {
   const RowRange rows = micro_batch_rows(batch_, options_.micro_batches, i);
-  Event event{Op::kForward, i, version_, 0.0, 0.0};
+  Event event{Pass::kForward, i, version_, 0.0, 0.0};
   // TODO(student): The input: rows of x on stage 0 (row_view, no copy), else the received activation
   //   (wait_receive). Then the compute, timed (event.begin_seconds, end_seconds): stash
   //   the weights if options_.stash (save(i, version_)); set_slot(i); forward; on the
@@ -181,7 +181,7 @@ void PipelineStage::forward(int i, const nn::Tensor& x, const nn::Tensor& target
 }
 
 void PipelineStage::backward(int i) {
-  Event event{Op::kBackward, i, version_, 0.0, 0.0};
+  Event event{Pass::kBackward, i, version_, 0.0, 0.0};
   // TODO(student): The gradient: the kept loss gradient on the last stage, else the received one
   //   (wait_receive). Then the compute, timed: with a stash, begin_backward(i) (its
   //   version is the event's); set_slot(i); with options_.checkpoint, forward the kept

@@ -91,14 +91,14 @@ TEST(EventLog, FollowsTheScheduleAndTheDependencies) {
     for (int m : {1, 4, 7}) {
       const PipelineRun run = run_pipeline(ModelKind::kMlp, order, m, 1, 14);
       std::vector<Action> ran;
-      for (const lab07::Event& e : run.events) ran.push_back({e.op, e.micro_batch});
+      for (const lab07::Event& e : run.events) ran.push_back({e.pass, e.micro_batch});
       EXPECT_EQ(text(ran), text(order_of(order, P, s, m)))
           << "stage " << s << " ran its actions in another order (" << order_name(order) << ", m = " << m << ")";
       // Gather every stage's (begin, end) of F(i) and B(i); the clock is shared by the host's processes.
       std::vector<double> mine(4 * static_cast<std::size_t>(m), -1.0);  // per i: F begin, F end, B begin, B end
       for (const lab07::Event& e : run.events) {
         if (e.micro_batch < 0 || e.micro_batch >= m) continue;
-        const std::size_t at = 4 * static_cast<std::size_t>(e.micro_batch) + (e.op == Op::kForward ? 0 : 2);
+        const std::size_t at = 4 * static_cast<std::size_t>(e.micro_batch) + (e.pass == Pass::kForward ? 0 : 2);
         mine[at] = e.begin_seconds;
         mine[at + 1] = e.end_seconds;
         EXPECT_LE(e.begin_seconds, e.end_seconds);

@@ -37,7 +37,7 @@ using dtl::testing::comm;
 namespace nn = dtl::nn;
 namespace lab07 = dtl::lab07;
 using lab07::Action;
-using lab07::Op;
+using lab07::Pass;
 
 inline constexpr std::int64_t kContext = 8;
 
@@ -173,14 +173,14 @@ inline std::vector<Action> parse(const std::string& text) {
   std::vector<Action> out;
   std::istringstream in(text);
   std::string word;
-  while (in >> word) out.push_back({word[0] == 'F' ? Op::kForward : Op::kBackward, std::stoi(word.substr(1))});
+  while (in >> word) out.push_back({word[0] == 'F' ? Pass::kForward : Pass::kBackward, std::stoi(word.substr(1))});
   return out;
 }
 
 inline std::string text(const std::vector<Action>& schedule) {
   std::string out;
   for (const Action& a : schedule) {
-    out += (out.empty() ? "" : " ") + std::string(1, static_cast<char>(a.op)) + std::to_string(a.micro_batch);
+    out += (out.empty() ? "" : " ") + std::string(1, static_cast<char>(a.pass)) + std::to_string(a.micro_batch);
   }
   return out;
 }
@@ -188,8 +188,8 @@ inline std::string text(const std::vector<Action>& schedule) {
 /// GPipe: every forward, then every backward.
 inline std::vector<Action> gpipe_order(int /*stages*/, int /*stage*/, int m) {
   std::vector<Action> out;
-  for (int i = 0; i < m; ++i) out.push_back({Op::kForward, i});
-  for (int i = 0; i < m; ++i) out.push_back({Op::kBackward, i});
+  for (int i = 0; i < m; ++i) out.push_back({Pass::kForward, i});
+  for (int i = 0; i < m; ++i) out.push_back({Pass::kBackward, i});
   return out;
 }
 
@@ -200,9 +200,9 @@ inline std::vector<Action> one_f_one_b_order(int stages, int stage, int m) {
   int forwards = 0, backwards = 0;
   while (backwards < m) {
     if (forwards < m && forwards - backwards < cap) {
-      out.push_back({Op::kForward, forwards++});
+      out.push_back({Pass::kForward, forwards++});
     } else {
-      out.push_back({Op::kBackward, backwards++});
+      out.push_back({Pass::kBackward, backwards++});
     }
   }
   return out;
@@ -216,7 +216,7 @@ inline std::vector<Action> order_of(Order o, int stages, int stage, int m) {
 inline int peak_in_flight(const std::vector<Action>& schedule) {
   int now = 0, peak = 0;
   for (const Action& a : schedule) {
-    now += a.op == Op::kForward ? 1 : -1;
+    now += a.pass == Pass::kForward ? 1 : -1;
     peak = std::max(peak, now);
   }
   return peak;
@@ -323,7 +323,7 @@ inline AsyncRun run_async(bool stash_on, int m, int units = 5) {
   run.backward_weights.resize(static_cast<std::size_t>(m));
   const std::vector<Action> schedule = one_f_one_b_order(P, s, m);
   std::vector<int> forward_order, backward_order;
-  for (const Action& a : schedule) (a.op == Op::kForward ? forward_order : backward_order).push_back(a.micro_batch);
+  for (const Action& a : schedule) (a.pass == Pass::kForward ? forward_order : backward_order).push_back(a.micro_batch);
   const int last_unit = model.unit_count() - 1;
   std::size_t forwards = 0, backwards = 0;
   model.hooks().pre_forward = [&](int unit) {

@@ -83,7 +83,7 @@ TEST(Stash, EachBackwardUsesItsForwardsWeights) {
   const int warm_up = std::min(P - s - 1, m);
   for (const lab07::Event& e : run.events) {
     const int i = e.micro_batch;
-    if (e.op == Op::kForward) {
+    if (e.pass == Pass::kForward) {
       EXPECT_EQ(e.version, std::max(0, i - warm_up)) << "stage " << s << ": F" << i << "'s weight version";
     } else {
       EXPECT_EQ(e.version, std::max(0, i - warm_up)) << "stage " << s << ": B" << i
@@ -108,7 +108,7 @@ TEST(Stash, WithoutItTheVersionsAreMixed) {
     if (run.forward_weights[static_cast<std::size_t>(i)] != run.backward_weights[static_cast<std::size_t>(i)]) ++mixed;
   }
   for (const lab07::Event& e : run.events) {
-    if (e.op == Op::kBackward) {
+    if (e.pass == Pass::kBackward) {
       EXPECT_EQ(e.version, e.micro_batch) << "without a stash B(i) sees version i";
     }
   }

@@ -30,12 +30,6 @@ ShardRange shard_range(std::int64_t size, int parts, int index, const char* func
   return {index * slice, slice};
 }
 
-DType comm_dtype(nn::DType dtype) {
-  if (dtype == nn::DType::kF32) return DType::kF32;
-  if (dtype == nn::DType::kF64) return DType::kF64;
-  throw_invalid_argument("comm_dtype", "dtype", std::string("must be f32 or f64, not ") + nn::to_string(dtype));
-}
-
 std::int64_t round_up(std::int64_t value, std::int64_t multiple) {
   DTL_REQUIRE_ARG(multiple >= 1, "round_up", "multiple", "must be at least 1, not " + std::to_string(multiple));
   DTL_REQUIRE_ARG(value >= 0, "round_up", "value", "must be >= 0, not " + std::to_string(value));

@@ -38,7 +38,7 @@ Grid make_grid(MPI_Comm world, int tp_size) {
 
 void allreduce_data_parallel_gradients(Communicator& data, nn::Model& model) {
   // TODO(student): A group of one: nothing to do. Otherwise one allreduce (ReduceOp::kAvg) per
-  //   parameter's grad (comm_dtype() of its dtype), all issued first, then all waited for.
+  //   parameter's grad ( of its dtype), all issued first, then all waited for.
   throw dtl::NotImplemented("allreduce_data_parallel_gradients");
 }
 

@@ -59,7 +59,7 @@ TEST(VocabEmbedding, EqualsTheUnsplitEmbedding) {
 void check_loss(nn::DType dtype, std::int64_t rows, std::int64_t vocab, double logit_scale, double tol) {
   Group tp(comm());
   const int T = tp.size(), r = tp.rank();
-  const std::string what = std::string(nn::to_string(dtype)) + ", N = " + std::to_string(rows) +
+  const std::string what = std::string(dtype_name(dtype)) + ", N = " + std::to_string(rows) +
                            ", V = " + std::to_string(vocab) + ", logits x " + std::to_string(logit_scale);
   std::vector<double> z = random_values(rows * vocab, 17);
   for (double& v : z) v *= logit_scale;

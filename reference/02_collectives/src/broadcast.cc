@@ -173,7 +173,7 @@ void broadcast(MPI_Comm comm, std::span<T> buf, int root, int tag, std::size_t s
   // END SOLUTION
 }
 
-// The element types of the lab (lab02::Element): one instance of each function per type.
+// The element types of the lab (dtl::Element): one instance of each function per type.
 template void broadcast_binomial<float>(MPI_Comm, std::span<float>, int, int);
 template void broadcast_binomial<double>(MPI_Comm, std::span<double>, int, int);
 template void broadcast_binomial<std::int32_t>(MPI_Comm, std::span<std::int32_t>, int, int);

@@ -57,6 +57,8 @@ void combine(ReduceOp op, std::span<T> acc, std::span<const T> in) {
     case ReduceOp::kMin:
       for (std::size_t i = 0; i < acc.size(); ++i) acc[i] = std::min(acc[i], in[i]);
       break;
+    case ReduceOp::kAvg:  // not an operator of reduce(): refused before any combine
+      break;
   }
 }
 
@@ -66,8 +68,7 @@ void combine(ReduceOp op, std::span<T> acc, std::span<const T> in) {
 template <Element T>
 void reduce(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, ReduceOp op, int root, int tag) {
   const auto [rank, size] = rank_and_size(comm);
-  DTL_REQUIRE_ARG(op == ReduceOp::kSum || op == ReduceOp::kMax || op == ReduceOp::kMin, "reduce", "op",
-                  "is " + std::to_string(static_cast<int>(op)) + ", not kSum, kMax or kMin");
+  require_op("reduce", op, {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin});
   require_rank("reduce", "root", root, size);
   require_tag("reduce", tag);
   DTL_REQUIRE_ARG(recv_buf.size() == send_buf.size() || (rank != root && recv_buf.empty()), "reduce", "recv_buf",
@@ -121,7 +122,7 @@ void reduce(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, R
   // END SOLUTION
 }
 
-// The element types of the lab (lab02::Element): one instance per type.
+// The element types of the lab (dtl::Element): one instance per type.
 template void reduce<float>(MPI_Comm, std::span<const float>, std::span<float>, ReduceOp, int, int);
 template void reduce<double>(MPI_Comm, std::span<const double>, std::span<double>, ReduceOp, int, int);
 template void reduce<std::int32_t>(MPI_Comm, std::span<const std::int32_t>, std::span<std::int32_t>, ReduceOp, int,

@@ -46,9 +46,10 @@
 
 namespace dtl::lab03 {
 template <Element T>
-void reduce_scatter_ring(MPI_Comm comm, std::span<T> buf, Op op, int tag) {
+void reduce_scatter_ring(MPI_Comm comm, std::span<T> buf, ReduceOp op, int tag) {
   const auto [rank, size] = rank_and_size(comm);
   require_tag("reduce_scatter_ring", tag);
+  require_op("reduce_scatter_ring", op, {ReduceOp::kSum, ReduceOp::kAvg});
   to_mpi_count(buf.size(), "reduce_scatter_ring", "buf");
   if (buf.empty()) return;
   const MPI_Datatype type = mpi_datatype<T>();
@@ -61,7 +62,7 @@ void reduce_scatter_ring(MPI_Comm comm, std::span<T> buf, Op op, int tag) {
   // | `right` and receive chunk s.recv_chunk's size into scratch from `left`; then
   // | add scratch into chunk s.recv_chunk of buf. Every step sends one message,
   // | even an empty one (count < size leaves chunks empty): the tests count them.
-  // | With Op::kAvg divide your own chunk (`rank`) by size at the very end, once.
+  // | With ReduceOp::kAvg divide your own chunk (`rank`) by size at the very end, once.
   std::vector<T> scratch(chunk_count(buf.size(), size, 0));
   for (int step = 0; step < size - 1; ++step) {
     const RingStep s = ring_step(rank, size, step);
@@ -74,7 +75,7 @@ void reduce_scatter_ring(MPI_Comm comm, std::span<T> buf, Op op, int tag) {
                                MPI_STATUS_IGNORE));
     for (std::size_t i = 0; i < in.size(); ++i) in[i] += scratch[i];
   }
-  if (op == Op::kAvg) {
+  if (op == ReduceOp::kAvg) {
     // Divide once, after the sum is complete: dividing each contribution first
     // would round P times (and, for integers, truncate each term).
     for (T& x : chunk_span(buf, size, rank)) x /= static_cast<T>(size);
@@ -108,8 +109,9 @@ void allgather_ring(MPI_Comm comm, std::span<T> buf, int tag) {
 }
 
 template <Element T>
-void allreduce_ring(MPI_Comm comm, std::span<T> buf, Op op, int tag) {
+void allreduce_ring(MPI_Comm comm, std::span<T> buf, ReduceOp op, int tag) {
   require_tag("allreduce_ring", tag);
+  require_op("allreduce_ring", op, {ReduceOp::kSum, ReduceOp::kAvg});
   to_mpi_count(buf.size(), "allreduce_ring", "buf");
   // BEGIN SOLUTION(allreduce_ring)
   // | The two halves in sequence, on the same buffer and tag.
@@ -119,9 +121,9 @@ void allreduce_ring(MPI_Comm comm, std::span<T> buf, Op op, int tag) {
 }
 
 #define DTL_LAB03_INSTANTIATE(T)                                          \
-  template void reduce_scatter_ring<T>(MPI_Comm, std::span<T>, Op, int); \
+  template void reduce_scatter_ring<T>(MPI_Comm, std::span<T>, ReduceOp, int); \
   template void allgather_ring<T>(MPI_Comm, std::span<T>, int);          \
-  template void allreduce_ring<T>(MPI_Comm, std::span<T>, Op, int);
+  template void allreduce_ring<T>(MPI_Comm, std::span<T>, ReduceOp, int);
 DTL_LAB03_INSTANTIATE(float)
 DTL_LAB03_INSTANTIATE(double)
 DTL_LAB03_INSTANTIATE(std::int32_t)

@@ -52,9 +52,10 @@
 namespace dtl::lab03 {
 
 template <Element T>
-void allreduce_ring_segmented(MPI_Comm comm, std::span<T> buf, Op op, int tag, std::size_t segment_elements) {
+void allreduce_ring_segmented(MPI_Comm comm, std::span<T> buf, ReduceOp op, int tag, std::size_t segment_elements) {
   const auto [rank, size] = rank_and_size(comm);
   require_tag("allreduce_ring_segmented", tag);
+  require_op("allreduce_ring_segmented", op, {ReduceOp::kSum, ReduceOp::kAvg});
   DTL_REQUIRE_ARG(segment_elements >= 1, "allreduce_ring_segmented", "segment_elements",
                   "is 0; a segment must hold at least one element");
   to_mpi_count(buf.size(), "allreduce_ring_segmented", "buf");
@@ -72,7 +73,7 @@ void allreduce_ring_segmented(MPI_Comm comm, std::span<T> buf, Op op, int tag, s
   // | (reduce steps: into the scratch not in use; copy steps: into buf, after waiting
   // | for the reduce-scatter sends of the same chunk). Then for each segment k of
   // | step s: MPI_Wait its receive; on a reduce step add it into buf; at the last
-  // | reduce step with Op::kAvg divide it by size (it is final: chunk `rank`); and
+  // | reduce step with ReduceOp::kAvg divide it by size (it is final: chunk `rank`); and
   // | unless s is the last step, MPI_Isend segment k onward (it is step s+1's).
   // | Finish with MPI_Waitall on every send.
   // Segment k of the chunk that moves at step s: [begin, begin + count) of buf.
@@ -133,7 +134,7 @@ void allreduce_ring_segmented(MPI_Comm comm, std::span<T> buf, Op op, int tag, s
         for (std::size_t i = 0; i < piece.size(); ++i) piece[i] += in[i];
         // The last reduce step completes chunk `rank`: divide for the average here,
         // once, before the allgather sends it on.
-        if (last_reduce && op == Op::kAvg) {
+        if (last_reduce && op == ReduceOp::kAvg) {
           for (T& x : piece) x /= static_cast<T>(size);
         }
       }
@@ -149,7 +150,7 @@ void allreduce_ring_segmented(MPI_Comm comm, std::span<T> buf, Op op, int tag, s
 }
 
 #define DTL_LAB03_INSTANTIATE(T) \
-  template void allreduce_ring_segmented<T>(MPI_Comm, std::span<T>, Op, int, std::size_t);
+  template void allreduce_ring_segmented<T>(MPI_Comm, std::span<T>, ReduceOp, int, std::size_t);
 DTL_LAB03_INSTANTIATE(float)
 DTL_LAB03_INSTANTIATE(double)
 DTL_LAB03_INSTANTIATE(std::int32_t)

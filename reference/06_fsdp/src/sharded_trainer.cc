@@ -74,7 +74,7 @@ ShardedTrainer::ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOpti
   const bool fsdp = options_.mode == ShardingMode::kFsdp;
   const nn::DType pd = options_.param_dtype;
   DTL_REQUIRE_ARG(model.dtype() == nn::DType::kF32, fn, "model",
-                  std::string("computes in ") + nn::to_string(model.dtype()) + "; build it in f32");
+                  std::string("computes in ") + dtype_name(model.dtype()) + "; build it in f32");
   DTL_REQUIRE_ARG(!model.flat_values().defined() && !model.flat_grads().defined(), fn, "model",
                   "is already flattened; the trainer lays out one FlatParameter per unit itself");
   DTL_REQUIRE_ARG(options_.prefetch >= 0, fn, "options.prefetch",

@@ -44,8 +44,8 @@ std::vector<Action> gpipe_schedule(int stages, int stage, int micro_batches) {
   // BEGIN SOLUTION(gpipe_schedule)
   // | Every forward, F0 .. F(m-1), then every backward, B0 .. B(m-1). The stage does
   // | not matter: each stage runs the same order, shifted in time by the pipeline.
-  for (int i = 0; i < micro_batches; ++i) schedule.push_back({Op::kForward, i});
-  for (int i = 0; i < micro_batches; ++i) schedule.push_back({Op::kBackward, i});
+  for (int i = 0; i < micro_batches; ++i) schedule.push_back({Pass::kForward, i});
+  for (int i = 0; i < micro_batches; ++i) schedule.push_back({Pass::kBackward, i});
   // END SOLUTION
   return schedule;
 }
@@ -59,12 +59,12 @@ std::vector<Action> one_f_one_b_schedule(int stages, int stage, int micro_batche
   // | after this one. Steady state: F(w + j) then B(j), for j = 0 .. m - w - 1.
   // | Cool-down: the backwards that are left, B(m - w) .. B(m - 1).
   const int warm_up = std::min(stages - stage - 1, micro_batches);
-  for (int i = 0; i < warm_up; ++i) schedule.push_back({Op::kForward, i});
+  for (int i = 0; i < warm_up; ++i) schedule.push_back({Pass::kForward, i});
   for (int j = 0; j < micro_batches - warm_up; ++j) {
-    schedule.push_back({Op::kForward, warm_up + j});
-    schedule.push_back({Op::kBackward, j});
+    schedule.push_back({Pass::kForward, warm_up + j});
+    schedule.push_back({Pass::kBackward, j});
   }
-  for (int i = micro_batches - warm_up; i < micro_batches; ++i) schedule.push_back({Op::kBackward, i});
+  for (int i = micro_batches - warm_up; i < micro_batches; ++i) schedule.push_back({Pass::kBackward, i});
   // END SOLUTION
   return schedule;
 }

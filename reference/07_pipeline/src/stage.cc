@@ -87,12 +87,12 @@ void PipelineStage::check_schedule(std::span<const Action> schedule) const {
   std::vector<char> forward_done(static_cast<std::size_t>(m), 0), backward_done(static_cast<std::size_t>(m), 0);
   for (std::size_t k = 0; k < schedule.size(); ++k) {
     const Action& a = schedule[k];
-    if (a.op != Op::kForward && a.op != Op::kBackward) bad(k, "is neither F nor B");
+    if (a.pass != Pass::kForward && a.pass != Pass::kBackward) bad(k, "is neither F nor B");
     if (a.micro_batch < 0 || a.micro_batch >= m) {
       bad(k, "names a micro-batch outside [0, " + std::to_string(m) + ")");
     }
     const auto i = static_cast<std::size_t>(a.micro_batch);
-    if (a.op == Op::kForward) {
+    if (a.pass == Pass::kForward) {
       if (forward_done[i]) bad(k, "repeats a forward");
       forward_done[i] = 1;
     } else {
@@ -112,7 +112,7 @@ void PipelineStage::check_schedule(std::span<const Action> schedule) const {
 
 void PipelineStage::post_receive(const Action& action) {
   const int i = action.micro_batch;
-  const bool forward = action.op == Op::kForward;
+  const bool forward = action.pass == Pass::kForward;
   // Stage 0 reads its input from x; the last stage makes its gradient from the loss.
   if (forward ? stage_ == 0 : stage_ == stages_ - 1) return;
   Pending& p = (forward ? activation_recv_ : gradient_recv_)[static_cast<std::size_t>(i)];
@@ -141,7 +141,7 @@ void PipelineStage::post_receives(std::span<const Action> schedule, std::size_t 
   post_receive(schedule[k]);
   bool next_forward = false, next_backward = false;
   for (std::size_t j = k + 1; j < schedule.size() && !(next_forward && next_backward); ++j) {
-    bool& done = schedule[j].op == Op::kForward ? next_forward : next_backward;
+    bool& done = schedule[j].pass == Pass::kForward ? next_forward : next_backward;
     if (done) continue;
     post_receive(schedule[j]);
     done = true;
@@ -151,7 +151,7 @@ void PipelineStage::post_receives(std::span<const Action> schedule, std::size_t 
 
 nn::Tensor PipelineStage::wait_receive(const Action& action) {
   Pending& p =
-      (action.op == Op::kForward ? activation_recv_ : gradient_recv_)[static_cast<std::size_t>(action.micro_batch)];
+      (action.pass == Pass::kForward ? activation_recv_ : gradient_recv_)[static_cast<std::size_t>(action.micro_batch)];
   // BEGIN SOLUTION(PipelineStage::wait_receive)
   // | MPI_Wait on the receive (a blocking wait: this is where a stage idles in the
   // | bubble) and hand the buffer over; the Pending keeps no handle to it.
@@ -205,7 +205,7 @@ void PipelineStage::wait_sends() {
 
 void PipelineStage::forward(int i, const nn::Tensor& x, const nn::Tensor& targets) {
   const RowRange rows = micro_batch_rows(batch_, options_.micro_batches, i);
-  Event event{Op::kForward, i, version_, 0.0, 0.0};
+  Event event{Pass::kForward, i, version_, 0.0, 0.0};
   // BEGIN SOLUTION(PipelineStage::forward)
   // | The input: rows of x on stage 0 (row_view, no copy), else the received activation
   // | (wait_receive). Then the compute, timed (event.begin_seconds, end_seconds): stash
@@ -215,7 +215,7 @@ void PipelineStage::forward(int i, const nn::Tensor& x, const nn::Tensor& target
   // | After the compute: not the last stage, send the output to s+1 with
   // | activation_tag(i). Keep the input for B(i) (checkpointing needs it); with
   // | options_.checkpoint, release the slot now.
-  const nn::Tensor input = stage_ == 0 ? row_view(x, rows) : wait_receive({Op::kForward, i});
+  const nn::Tensor input = stage_ == 0 ? row_view(x, rows) : wait_receive({Pass::kForward, i});
   event.begin_seconds = clock_seconds();
   if (options_.stash != nullptr) options_.stash->save(i, version_);
   model_.set_slot(i);
@@ -238,7 +238,7 @@ void PipelineStage::forward(int i, const nn::Tensor& x, const nn::Tensor& target
 }
 
 void PipelineStage::backward(int i) {
-  Event event{Op::kBackward, i, version_, 0.0, 0.0};
+  Event event{Pass::kBackward, i, version_, 0.0, 0.0};
   // BEGIN SOLUTION(PipelineStage::backward)
   // | The gradient: the kept loss gradient on the last stage, else the received one
   // | (wait_receive). Then the compute, timed: with a stash, begin_backward(i) (its
@@ -248,7 +248,7 @@ void PipelineStage::backward(int i) {
   // | stash, end_backward(i).
   const std::size_t k = static_cast<std::size_t>(i);
   const nn::Tensor dy = stage_ == stages_ - 1 ? std::exchange(loss_grads_[k], nn::Tensor())
-                                              : wait_receive({Op::kBackward, i});
+                                              : wait_receive({Pass::kBackward, i});
   event.begin_seconds = clock_seconds();
   if (options_.stash != nullptr) event.version = options_.stash->begin_backward(i);
   model_.set_slot(i);
@@ -302,7 +302,7 @@ double PipelineStage::train_step(const nn::Tensor& x, const nn::Tensor& targets,
   for (std::size_t k = 0; k < schedule.size(); ++k) {
     post_receives(schedule, k);
     const Action& a = schedule[k];
-    if (a.op == Op::kForward) {
+    if (a.pass == Pass::kForward) {
       forward(a.micro_batch, x, targets);
     } else {
       backward(a.micro_batch);

@@ -51,12 +51,12 @@ Grid make_grid(MPI_Comm world, int tp_size) {
 void allreduce_data_parallel_gradients(Communicator& data, nn::Model& model) {
   // BEGIN SOLUTION(allreduce_data_parallel_gradients)
   // | A group of one: nothing to do. Otherwise one allreduce (ReduceOp::kAvg) per
-  // | parameter's grad (comm_dtype() of its dtype), all issued first, then all waited for.
+  // | parameter's grad ( of its dtype), all issued first, then all waited for.
   if (data.world_size() == 1) return;
   std::vector<Work> pending;
   for (nn::Parameter* p : model.parameters()) {
     pending.push_back(data.allreduce(p->grad.raw(), static_cast<std::size_t>(p->grad.numel()),
-                                     comm_dtype(p->grad.dtype()), ReduceOp::kAvg));
+                                     p->grad.dtype(), ReduceOp::kAvg));
   }
   for (Work& w : pending) w.wait();
   // END SOLUTION
@@ -71,7 +71,7 @@ void allreduce_sequence_parallel_gradients(Communicator& tp, std::span<nn::Param
   std::vector<Work> pending;
   for (nn::Parameter* p : replicated) {
     pending.push_back(tp.allreduce(p->grad.raw(), static_cast<std::size_t>(p->grad.numel()),
-                                   comm_dtype(p->grad.dtype()), ReduceOp::kSum));
+                                   p->grad.dtype(), ReduceOp::kSum));
   }
   for (Work& w : pending) w.wait();
   // END SOLUTION

@@ -153,7 +153,7 @@ const nn::Tensor& ColumnParallelLinear::forward(const nn::Tensor& x) {
   nn::Shape all = x.shape();
   all[0] *= tp_.world_size();
   detail::ensure(cache.gathered, all, x.dtype());
-  tp_.allgather(x.raw(), cache.gathered.raw(), static_cast<std::size_t>(x.numel()), comm_dtype(x.dtype())).wait();
+  tp_.allgather(x.raw(), cache.gathered.raw(), static_cast<std::size_t>(x.numel()), x.dtype()).wait();
   return local_.forward(cache.gathered);
   // END SOLUTION
 }
@@ -165,7 +165,7 @@ const nn::Tensor& ColumnParallelLinear::backward(const nn::Tensor& dy, const nn:
     // | of dx; dx is the sum of every rank's term: an allreduce (ReduceOp::kSum), in
     // | place in the local layer's dx, waited for before returning.
     const nn::Tensor& dx = local_.backward(dy, grad_ready);
-    tp_.allreduce(dx.raw(), static_cast<std::size_t>(dx.numel()), comm_dtype(dx.dtype()), ReduceOp::kSum).wait();
+    tp_.allreduce(dx.raw(), static_cast<std::size_t>(dx.numel()), dx.dtype(), ReduceOp::kSum).wait();
     return dx;
     // END SOLUTION
   }
@@ -179,7 +179,7 @@ const nn::Tensor& ColumnParallelLinear::backward(const nn::Tensor& dy, const nn:
   mine[0] /= tp_.world_size();
   detail::ensure(cache.dx, mine, dx_all.dtype());
   tp_.reduce_scatter(dx_all.raw(), cache.dx.raw(), static_cast<std::size_t>(cache.dx.numel()),
-                     comm_dtype(dx_all.dtype()), ReduceOp::kSum)
+                     dx_all.dtype(), ReduceOp::kSum)
       .wait();
   return cache.dx;
   // END SOLUTION
@@ -249,7 +249,7 @@ const nn::Tensor& RowParallelLinear::forward(const nn::Tensor& x) {
     const nn::Tensor& term = local_.forward(x);
     detail::ensure(cache.y, term.shape(), term.dtype());
     cache.y.copy_from(term);
-    tp_.allreduce(cache.y.raw(), static_cast<std::size_t>(cache.y.numel()), comm_dtype(cache.y.dtype()),
+    tp_.allreduce(cache.y.raw(), static_cast<std::size_t>(cache.y.numel()), cache.y.dtype(),
                   ReduceOp::kSum)
         .wait();
     if (has_bias_) add_bias(cache.y, bias_.value);
@@ -264,7 +264,7 @@ const nn::Tensor& RowParallelLinear::forward(const nn::Tensor& x) {
   nn::Shape mine = term.shape();
   mine[0] /= tp_.world_size();
   detail::ensure(cache.y, mine, term.dtype());
-  tp_.reduce_scatter(term.raw(), cache.y.raw(), static_cast<std::size_t>(cache.y.numel()), comm_dtype(term.dtype()),
+  tp_.reduce_scatter(term.raw(), cache.y.raw(), static_cast<std::size_t>(cache.y.numel()), term.dtype(),
                      ReduceOp::kSum)
       .wait();
   if (has_bias_) add_bias(cache.y, bias_.value);
@@ -298,7 +298,7 @@ const nn::Tensor& RowParallelLinear::backward(const nn::Tensor& dy, const nn::Gr
   nn::Shape all = dy.shape();
   all[0] *= tp_.world_size();
   detail::ensure(cache.gathered, all, dy.dtype());
-  tp_.allgather(dy.raw(), cache.gathered.raw(), static_cast<std::size_t>(dy.numel()), comm_dtype(dy.dtype())).wait();
+  tp_.allgather(dy.raw(), cache.gathered.raw(), static_cast<std::size_t>(dy.numel()), dy.dtype()).wait();
   return local_.backward(cache.gathered, grad_ready);
   // END SOLUTION
 }

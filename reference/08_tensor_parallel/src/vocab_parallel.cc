@@ -74,7 +74,7 @@ const nn::Tensor& VocabParallelEmbedding::forward(const nn::Tensor& x) {
       for (std::int64_t j = 0; j < channels_; ++j) y[i * channels_ + j] = mine ? w[local * channels_ + j] : T(0);
     }
   });
-  tp_.allreduce(cache.y.raw(), static_cast<std::size_t>(cache.y.numel()), comm_dtype(cache.y.dtype()),
+  tp_.allreduce(cache.y.raw(), static_cast<std::size_t>(cache.y.numel()), cache.y.dtype(),
                 ReduceOp::kSum)
       .wait();
   return cache.y;

@@ -22,7 +22,7 @@
 ///
 /// Element types. Each collective is a function template over the element type,
 /// instantiated (in src/) for float, double and std::int32_t only — the
-/// lab02::Element concept says so at compile time. Why templates rather than three
+/// dtl::Element concept says so at compile time. Why templates rather than three
 /// overloads: the algorithm is the same for every type; only the MPI datatype
 /// (dtl::mpi_datatype<T>()) and, for reduce, the arithmetic change. Why the bodies
 /// live in src/ and not here: they are what you write. Call them with the element
@@ -45,19 +45,14 @@
 #include <cstdint>
 #include <span>
 
+#include "harness/dtype.h"
+#include "harness/reduce_op.h"
+
 namespace dtl::lab02 {
 
-/// @brief The element types the collectives are instantiated for.
-/// @tparam T a candidate element type: float, double or std::int32_t.
-template <typename T>
-concept Element = std::same_as<T, float> || std::same_as<T, double> || std::same_as<T, std::int32_t>;
-
-/// @brief The reduction operators of reduce(): element-wise, commutative and associative.
-enum class ReduceOp {
-  kSum,  ///< acc[i] + x[i]
-  kMax,  ///< the larger of the two
-  kMin,  ///< the smaller of the two
-};
+// The element types (dtl::Element: float, double, std::int32_t) and the
+// reductions (dtl::ReduceOp; reduce() takes kSum, kMax and kMin) are the
+// harness's: harness/dtype.h and harness/reduce_op.h.
 
 // ---------------------------------------------------------------------------
 // Task A: broadcast

@@ -41,18 +41,14 @@
 #include <cstdint>
 #include <span>
 
+#include "harness/dtype.h"
+#include "harness/reduce_op.h"
+
 namespace dtl::lab03 {
 
-/// @brief The element types the ring is instantiated for (in src/).
-/// @tparam T a candidate element type: float, double or std::int32_t.
-template <typename T>
-concept Element = std::same_as<T, float> || std::same_as<T, double> || std::same_as<T, std::int32_t>;
-
-/// @brief What the ring computes, element-wise over the ranks.
-enum class Op {
-  kSum,  ///< x_0 + x_1 + ... + x_{P-1}
-  kAvg,  ///< the sum divided by P once, at the end (integers: truncated toward zero, as C++ `/`)
-};
+// The element types (dtl::Element: float, double, std::int32_t) and the
+// reductions (dtl::ReduceOp: the ring takes kSum and kAvg) are the harness's:
+// harness/dtype.h and harness/reduce_op.h.
 
 // ---------------------------------------------------------------------------
 // Chunks: given to you — the tests and part 2 rely on this exact layout
@@ -126,7 +122,7 @@ RingStep ring_step(int rank, int world_size, int step);
 ///
 /// P-1 steps of ring_step(): send a chunk right, receive one from the left into
 /// scratch, add it into `buf`. The other chunks of `buf` are left holding partial
-/// sums (unspecified). With Op::kAvg the finished chunk is divided by P, once.
+/// sums (unspecified). With ReduceOp::kAvg the finished chunk is divided by P, once.
 /// Messages: exactly P-1 per rank (zero-length ones for empty chunks), none when
 /// `buf` is empty; bytes sent: (count - chunk_count(rank)) elements.
 /// Cost: (P-1) alpha + (P-1)/P n beta + (P-1)/P n gamma (gamma: time to add a byte).
@@ -136,11 +132,11 @@ RingStep ring_step(int rank, int world_size, int step);
 /// @param[in] comm the communicator (any size >= 1).
 /// @param[in,out] buf this rank's contribution (count elements, the same count everywhere);
 ///                    on return, chunk `rank` holds the result.
-/// @param[in] op Op::kSum or Op::kAvg.
+/// @param[in] op ReduceOp::kSum or ReduceOp::kAvg.
 /// @param[in] tag the tag of every message, in [0, 32767].
 /// @throws InvalidArgument for a bad tag or a count MPI cannot describe.
 template <Element T>
-void reduce_scatter_ring(MPI_Comm comm, std::span<T> buf, Op op, int tag);
+void reduce_scatter_ring(MPI_Comm comm, std::span<T> buf, ReduceOp op, int tag);
 
 /// @brief Ring allgather in place: every rank's chunk `rank` ends up in every rank's `buf`.
 ///
@@ -168,11 +164,11 @@ void allgather_ring(MPI_Comm comm, std::span<T> buf, int tag);
 /// @tparam T float, double or std::int32_t.
 /// @param[in] comm the communicator (any size >= 1).
 /// @param[in,out] buf this rank's contribution in, the result out (count elements everywhere).
-/// @param[in] op Op::kSum or Op::kAvg.
+/// @param[in] op ReduceOp::kSum or ReduceOp::kAvg.
 /// @param[in] tag the tag of every message, in [0, 32767].
 /// @throws InvalidArgument for a bad tag or a count MPI cannot describe.
 template <Element T>
-void allreduce_ring(MPI_Comm comm, std::span<T> buf, Op op, int tag);
+void allreduce_ring(MPI_Comm comm, std::span<T> buf, ReduceOp op, int tag);
 
 // ---------------------------------------------------------------------------
 // Task C: the segmented (pipelined) ring (ring_segmented.cc)
@@ -204,11 +200,11 @@ constexpr std::size_t segments_of(std::size_t chunk_elements, std::size_t segmen
 /// @tparam T float, double or std::int32_t.
 /// @param[in] comm the communicator (any size >= 1).
 /// @param[in,out] buf this rank's contribution in, the result out.
-/// @param[in] op Op::kSum or Op::kAvg.
+/// @param[in] op ReduceOp::kSum or ReduceOp::kAvg.
 /// @param[in] tag the tag of every message, in [0, 32767].
 /// @param[in] segment_elements the largest segment, in elements (>= 1).
 /// @throws InvalidArgument for a bad tag, segment_elements == 0 or a count MPI cannot describe.
 template <Element T>
-void allreduce_ring_segmented(MPI_Comm comm, std::span<T> buf, Op op, int tag, std::size_t segment_elements);
+void allreduce_ring_segmented(MPI_Comm comm, std::span<T> buf, ReduceOp op, int tag, std::size_t segment_elements);
 
 }  // namespace dtl::lab03

@@ -279,7 +279,7 @@ class Reducer {
 /// lab 03's, run one at a time in FIFO order on a communication thread, on a
 /// duplicate of the parent communicator. Collective over `parent`.
 ///
-/// allreduce is lab03::allreduce_ring() (sum, and average as ring Op::kAvg);
+/// allreduce is lab03::allreduce_ring() (sum, and average as ReduceOp::kAvg);
 /// reduce_scatter and allgather are lab03::reduce_scatter_ring() and
 /// allgather_ring() on equal blocks; broadcast, which lab 03 does not have, is
 /// MPI_Bcast. Types: f32, f64 and i32 (others are refused when issued). If lab

@@ -153,11 +153,6 @@ const char* precision_name(Precision precision);
 /// @return nn::DType::kF32, kF16 or kBF16.
 nn::DType precision_dtype(Precision precision);
 
-/// @brief The Communicator's name for a tensor element type.
-/// @param[in] dtype a tensor dtype.
-/// @return the dtl::DType of the same elements (kF32, kF64, kF16, kBF16, kI32).
-DType comm_dtype(nn::DType dtype);
-
 // ---------------------------------------------------------------------------
 // Task A: 16-bit gradient reduction (half_reduce.cc)
 // ---------------------------------------------------------------------------

@@ -226,17 +226,17 @@ namespace dtl::lab07 {
 // Schedules: what a stage runs, in order
 // ---------------------------------------------------------------------------
 
-/// @brief Forward or backward.
-enum class Op : char {
+/// @brief Which pass of a micro-batch: forward or backward.
+enum class Pass : char {
   kForward = 'F',   ///< the stage's forward of one micro-batch
   kBackward = 'B',  ///< the stage's backward of one micro-batch
 };
 
 /// @brief One step of a stage's schedule: F or B of one micro-batch.
 struct Action {
-  Op op = Op::kForward;  ///< forward or backward
+  Pass pass = Pass::kForward;  ///< forward or backward
   int micro_batch = 0;   ///< which micro-batch, in [0, m)
-  /// @brief Equal op and micro-batch.
+  /// @brief Equal pass and micro-batch.
   /// @param[in] other the other action. @return whether they are equal.
   bool operator==(const Action& other) const = default;
 };
@@ -431,7 +431,7 @@ struct PipelineOptions {
 
 /// @brief One forward or backward as the stage ran it.
 struct Event {
-  Op op = Op::kForward;     ///< F or B
+  Pass pass = Pass::kForward;  ///< F or B
   int micro_batch = 0;      ///< which micro-batch
   int version = 0;          ///< the weight version it computed with (asynchronous mode; 0 otherwise)
   double begin_seconds = 0.0;  ///< clock_seconds() when its compute began (after its receive completed)

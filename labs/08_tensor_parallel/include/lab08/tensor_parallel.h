@@ -275,12 +275,6 @@ struct ShardRange {
 ShardRange shard_range(std::int64_t size, int parts, int index, const char* function, const char* argument,
                        const std::string& what);
 
-/// @brief The Communicator's element type of a float tensor (given).
-/// @param[in] dtype nn::DType::kF32 or nn::DType::kF64.
-/// @return DType::kF32 or DType::kF64.
-/// @throws dtl::InvalidArgument for any other dtype.
-DType comm_dtype(nn::DType dtype);
-
 /// @brief A copy of a LayerNorm, for every rank (given): replicated layers are copied whole.
 /// @param[in] full the layer.
 /// @return a new LayerNorm with the same name, weight and bias.
