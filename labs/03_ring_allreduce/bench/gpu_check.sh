@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Lab 03's GPU check, prepared to run in one sitting on the GPU host (about 8
+# minutes; see ../shared/gpu/README.md). Build and stage here first:
+#     ./dtl build && ../shared/gpu/stage-deps.sh --build
+# then, on the GPU host from the project's root, with $OUT the folder that comes back:
+#     labs/03_ring_allreduce/bench/gpu_check.sh
+# Each step has its own timeout and log under $OUT; the script goes on after a
+# failure and prints a summary at the end.
+#   1. ctest -R 'gpu|nccl' -LE student (every GPU and NCCL test, 1-4 ranks), twice
+#   2. lab03_bench's GPU rows at 1 rank (reduce-copy, virtual ring)
+#   3. its IPC ring and NCCL rows at 2 and 4 ranks sharing the GPU: plain, with
+#      NCCL_MAX_CTAS=1, and under MPS (nvidia-cuda-mps-control -d)
+#   4. PyTorch's torch.add on the same GPU (torch_anchor.py)
+set -uo pipefail
+OUT="${OUT:-$PWD/gpu-out}"
+mkdir -p "$OUT"
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck disable=SC1091
+source .carry/device-env.sh
+summary="$OUT/summary.txt"
+: >"$summary"
+step() {  # step NAME SECONDS COMMAND...: runs, logs, records the exit status
+  local name="$1" limit="$2"; shift 2
+  local start=$SECONDS
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  printf '%-28s rc=%-3s %4ss\n' "$name" "$rc" "$((SECONDS - start))" | tee -a "$summary"
+}
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvcc --version | tail -1
+  ls .carry/nccl/lib/libnccl.so.* 2>/dev/null; } >"$OUT/machine.txt" 2>&1
+
+step ctest-1 240 bash -c "cd build && ctest -R 'gpu|nccl' -LE student --output-on-failure"
+step ctest-2 240 bash -c "cd build && ctest -R 'gpu|nccl' -LE student --output-on-failure"
+bench=build/labs/03_ring_allreduce/lab03_bench
+step bench-np1 120 mpirun -n 1 "$bench" --benchmark_filter='Gpu'
+for np in 2 4; do
+  step "bench-np$np" 120 mpirun -n "$np" "$bench" --benchmark_filter='GpuIpcRing'
+  step "bench-np$np-ctas1" 120 mpirun -n "$np" -x NCCL_MAX_CTAS=1 "$bench" --benchmark_filter='GpuIpcRing'
+done
+if command -v nvidia-cuda-mps-control >/dev/null; then
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d && {
+    for np in 2 4; do
+      step "bench-np$np-mps" 120 mpirun -n "$np" -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY \
+        "$bench" --benchmark_filter='GpuIpcRing'
+    done
+    echo quit | nvidia-cuda-mps-control
+  }
+else
+  echo "no nvidia-cuda-mps-control: MPS rows skipped" | tee -a "$summary"
+fi
+step torch-anchor 120 env -u LD_LIBRARY_PATH python3 "$here/torch_anchor.py"
+cat "$summary"
