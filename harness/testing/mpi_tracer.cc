@@ -1,11 +1,14 @@
-// The PMPI tracer: each wrapper records the call, forwards to PMPI_*, and clears
-// the record when the call returns. See mpi_tracer.h for what it is for.
+// The PMPI tracer's state and reports: each wrapper (mpi_tracer_p2p.cc,
+// mpi_tracer_collectives.cc) records the call here, forwards to PMPI_*, and
+// clears the record when the call returns. See mpi_tracer.h for what it is for.
 //
 // Threads: each thread that calls MPI has its own record (which call, since
 // when, its last call), so a communication thread inside MPI_Allreduce and the
 // main thread inside MPI_Recv do not overwrite each other. The counters and the
 // table of pending requests are shared by the threads, behind the one mutex.
 #include "harness/testing/mpi_tracer.h"
+
+#include "harness/testing/mpi_tracer_calls.h"
 
 #include <fcntl.h>
 #include <mpi.h>
@@ -184,6 +187,10 @@ std::string peer(int rank, bool source) {
 
 std::string tag_text(int tag) { return tag == MPI_ANY_TAG ? "any" : std::to_string(tag); }
 
+}  // namespace
+
+// What the wrappers (mpi_tracer_p2p.cc, mpi_tracer_collectives.cc) call: see mpi_tracer_calls.h.
+
 // The bytes of `count` elements of `type`. The tracer describes calls; it must
 // never be the one to reject them: MPI_DATATYPE_NULL is legal wherever the
 // standard says an argument is ignored (the send side of an MPI_IN_PLACE
@@ -206,23 +213,18 @@ std::string recv_text(const char* name, int count, MPI_Datatype type, int source
          ", up to " + format_bytes(payload(count, type)) + ")";
 }
 
-// Records entry on construction and exit on destruction, around one PMPI call.
-class CallScope {
- public:
-  CallScope(const char* name, std::string text, bool blocking = true) {
-    Tracer& t = tracer();
-    std::lock_guard lock(t.mutex);
-    ++t.counts.calls[name];
-    enter(t, std::move(text), blocking);
-  }
-  ~CallScope() {
-    Tracer& t = tracer();
-    std::lock_guard lock(t.mutex);
-    leave(t, true);
-  }
-  CallScope(const CallScope&) = delete;
-  CallScope& operator=(const CallScope&) = delete;
-};
+CallScope::CallScope(const char* name, std::string text, bool blocking) {
+  Tracer& t = tracer();
+  std::lock_guard lock(t.mutex);
+  ++t.counts.calls[name];
+  enter(t, std::move(text), blocking);
+}
+
+CallScope::~CallScope() {
+  Tracer& t = tracer();
+  std::lock_guard lock(t.mutex);
+  leave(t, true);
+}
 
 void count_send(int count, MPI_Datatype type, int dest, int tag) {
   if (dest == MPI_PROC_NULL) return;
@@ -268,22 +270,6 @@ void forget_completed(int n, const MPI_Request* before, const MPI_Request* after
     if (before[i] != MPI_REQUEST_NULL && after[i] == MPI_REQUEST_NULL) t.requests.erase(before[i]);
   }
 }
-
-// The wrappers of MPI_Wait* and MPI_Test*: record the pending requests, make
-// the call, then forget the requests it completed.
-template <typename Call>
-int with_requests(const char* name, int n, MPI_Request* requests, bool blocking, Call call) {
-  std::vector<MPI_Request> before(requests, requests + (n > 0 ? n : 0));
-  int rc;
-  {
-    CallScope scope(name, pending_text(name, n, requests), blocking);
-    rc = call();
-  }
-  forget_completed(n, before.data(), requests);
-  return rc;
-}
-
-}  // namespace
 
 std::int64_t Counts::count(const std::string& name) const {
   auto it = calls.find(name);
@@ -403,390 +389,3 @@ void reset_counts() {
 
 }  // namespace dtl::trace
 
-// ---------------------------------------------------------------------------
-// The wrappers. Each has the exact signature of Open MPI's mpi.h.
-// ---------------------------------------------------------------------------
-using dtl::trace::CallScope;
-
-extern "C" {
-
-int MPI_Send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
-  dtl::trace::count_send(count, type, dest, tag);
-  CallScope scope("MPI_Send", dtl::trace::send_text("MPI_Send", count, type, dest, tag));
-  return PMPI_Send(buf, count, type, dest, tag, comm);
-}
-
-int MPI_Ssend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
-  dtl::trace::count_send(count, type, dest, tag);
-  CallScope scope("MPI_Ssend", dtl::trace::send_text("MPI_Ssend", count, type, dest, tag));
-  return PMPI_Ssend(buf, count, type, dest, tag, comm);
-}
-
-int MPI_Bsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
-  dtl::trace::count_send(count, type, dest, tag);
-  CallScope scope("MPI_Bsend", dtl::trace::send_text("MPI_Bsend", count, type, dest, tag));
-  return PMPI_Bsend(buf, count, type, dest, tag, comm);
-}
-
-int MPI_Rsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
-  dtl::trace::count_send(count, type, dest, tag);
-  CallScope scope("MPI_Rsend", dtl::trace::send_text("MPI_Rsend", count, type, dest, tag));
-  return PMPI_Rsend(buf, count, type, dest, tag, comm);
-}
-
-int MPI_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
-             MPI_Status* status) {
-  dtl::trace::count_receive(source, tag);
-  CallScope scope("MPI_Recv", dtl::trace::recv_text("MPI_Recv", count, type, source, tag));
-  return PMPI_Recv(buf, count, type, source, tag, comm, status);
-}
-
-int MPI_Sendrecv(const void* send_buf, int send_count, MPI_Datatype send_type, int dest,
-                 int send_tag, void* recv_buf, int recv_count, MPI_Datatype recv_type,
-                 int source, int recv_tag, MPI_Comm comm, MPI_Status* status) {
-  dtl::trace::count_send(send_count, send_type, dest, send_tag);
-  dtl::trace::count_receive(source, recv_tag);
-  CallScope scope("MPI_Sendrecv",
-                  dtl::trace::send_text("MPI_Sendrecv", send_count, send_type, dest, send_tag) +
-                      " + " + dtl::trace::recv_text("recv", recv_count, recv_type, source, recv_tag));
-  return PMPI_Sendrecv(send_buf, send_count, send_type, dest, send_tag, recv_buf, recv_count,
-                       recv_type, source, recv_tag, comm, status);
-}
-
-int MPI_Sendrecv_replace(void* buf, int count, MPI_Datatype type, int dest, int send_tag,
-                         int source, int recv_tag, MPI_Comm comm, MPI_Status* status) {
-  dtl::trace::count_send(count, type, dest, send_tag);
-  dtl::trace::count_receive(source, recv_tag);
-  CallScope scope("MPI_Sendrecv_replace",
-                  dtl::trace::send_text("MPI_Sendrecv_replace", count, type, dest, send_tag) +
-                      " + " + dtl::trace::recv_text("recv", count, type, source, recv_tag));
-  return PMPI_Sendrecv_replace(buf, count, type, dest, send_tag, source, recv_tag, comm, status);
-}
-
-int MPI_Isend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
-              MPI_Request* request) {
-  dtl::trace::count_send(count, type, dest, tag);
-  const int rc = [&] {
-    CallScope scope("MPI_Isend", dtl::trace::send_text("MPI_Isend", count, type, dest, tag), false);
-    return PMPI_Isend(buf, count, type, dest, tag, comm, request);
-  }();
-  if (rc == MPI_SUCCESS) {
-    dtl::trace::remember_request(*request, dtl::trace::send_text("Isend", count, type, dest, tag));
-  }
-  return rc;
-}
-
-int MPI_Issend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
-               MPI_Request* request) {
-  dtl::trace::count_send(count, type, dest, tag);
-  const int rc = [&] {
-    CallScope scope("MPI_Issend", dtl::trace::send_text("MPI_Issend", count, type, dest, tag), false);
-    return PMPI_Issend(buf, count, type, dest, tag, comm, request);
-  }();
-  if (rc == MPI_SUCCESS) {
-    dtl::trace::remember_request(*request, dtl::trace::send_text("Issend", count, type, dest, tag));
-  }
-  return rc;
-}
-
-int MPI_Irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
-              MPI_Request* request) {
-  dtl::trace::count_receive(source, tag);
-  const int rc = [&] {
-    CallScope scope("MPI_Irecv", dtl::trace::recv_text("MPI_Irecv", count, type, source, tag), false);
-    return PMPI_Irecv(buf, count, type, source, tag, comm, request);
-  }();
-  if (rc == MPI_SUCCESS) {
-    dtl::trace::remember_request(*request, dtl::trace::recv_text("Irecv", count, type, source, tag));
-  }
-  return rc;
-}
-
-int MPI_Wait(MPI_Request* request, MPI_Status* status) {
-  return dtl::trace::with_requests("MPI_Wait", 1, request, true, [&] { return PMPI_Wait(request, status); });
-}
-
-int MPI_Waitall(int n, MPI_Request requests[], MPI_Status statuses[]) {
-  return dtl::trace::with_requests("MPI_Waitall", n, requests, true,
-                                   [&] { return PMPI_Waitall(n, requests, statuses); });
-}
-
-int MPI_Waitany(int n, MPI_Request requests[], int* index, MPI_Status* status) {
-  return dtl::trace::with_requests("MPI_Waitany", n, requests, true,
-                                   [&] { return PMPI_Waitany(n, requests, index, status); });
-}
-
-int MPI_Waitsome(int n, MPI_Request requests[], int* out_count, int indices[], MPI_Status statuses[]) {
-  return dtl::trace::with_requests("MPI_Waitsome", n, requests, true,
-                                   [&] { return PMPI_Waitsome(n, requests, out_count, indices, statuses); });
-}
-
-int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
-  return dtl::trace::with_requests("MPI_Test", 1, request, false,
-                                   [&] { return PMPI_Test(request, flag, status); });
-}
-
-int MPI_Testall(int n, MPI_Request requests[], int* flag, MPI_Status statuses[]) {
-  return dtl::trace::with_requests("MPI_Testall", n, requests, false,
-                                   [&] { return PMPI_Testall(n, requests, flag, statuses); });
-}
-
-int MPI_Testany(int n, MPI_Request requests[], int* index, int* flag, MPI_Status* status) {
-  return dtl::trace::with_requests("MPI_Testany", n, requests, false,
-                                   [&] { return PMPI_Testany(n, requests, index, flag, status); });
-}
-
-int MPI_Testsome(int n, MPI_Request requests[], int* out_count, int indices[], MPI_Status statuses[]) {
-  return dtl::trace::with_requests("MPI_Testsome", n, requests, false,
-                                   [&] { return PMPI_Testsome(n, requests, out_count, indices, statuses); });
-}
-
-int MPI_Iprobe(int source, int tag, MPI_Comm comm, int* flag, MPI_Status* status) {
-  dtl::trace::count_receive(source, tag);
-  CallScope scope("MPI_Iprobe", dtl::trace::recv_text("MPI_Iprobe", 0, MPI_BYTE, source, tag), false);
-  return PMPI_Iprobe(source, tag, comm, flag, status);
-}
-
-int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status* status) {
-  dtl::trace::count_receive(source, tag);
-  CallScope scope("MPI_Probe", dtl::trace::recv_text("MPI_Probe", 0, MPI_BYTE, source, tag));
-  return PMPI_Probe(source, tag, comm, status);
-}
-
-// Collectives: recorded by name (labs 02 and 03 forbid them in student code) and
-// reported as "in MPI_Bcast(root=0, 4 KiB)" when a rank is stuck in one.
-#define DTL_TRACE_COLLECTIVE(name, text, call) \
-  CallScope scope(#name, std::string(#name) + (text)); \
-  return call
-
-// The nonblocking ones return at once; their request is remembered, so that a
-// wait on it reads "MPI_Wait(1 request: Iallreduce(4 MiB))".
-#define DTL_TRACE_ICOLLECTIVE(name, text, call)                                          \
-  const std::string dtl_text_ = std::string(#name) + (text);                             \
-  const int dtl_rc_ = [&] {                                                              \
-    CallScope scope(#name, dtl_text_, false);                                            \
-    return call;                                                                         \
-  }();                                                                                   \
-  if (dtl_rc_ == MPI_SUCCESS) dtl::trace::remember_request(*request, dtl_text_.substr(4)); \
-  return dtl_rc_
-
-static std::string bytes_arg(int count, MPI_Datatype type) {
-  return "(" + dtl::format_bytes(dtl::trace::payload(count, type)) + ")";
-}
-static std::string rooted_arg(int count, MPI_Datatype type, int root) {
-  return "(root=" + std::to_string(root) + ", " + dtl::format_bytes(dtl::trace::payload(count, type)) + ")";
-}
-// The side of a send/receive pair that describes the call: the first, unless its
-// buffer is MPI_IN_PLACE (its count and type are then ignored, often
-// MPI_DATATYPE_NULL), in which case the other side says how much data moves.
-struct Side {
-  int count;
-  MPI_Datatype type;
-};
-static Side described(const void* buf, Side side, Side other) { return buf == MPI_IN_PLACE ? other : side; }
-
-int MPI_Barrier(MPI_Comm comm) { DTL_TRACE_COLLECTIVE(MPI_Barrier, "()", PMPI_Barrier(comm)); }
-
-int MPI_Bcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm) {
-  DTL_TRACE_COLLECTIVE(MPI_Bcast, rooted_arg(count, type, root), PMPI_Bcast(buf, count, type, root, comm));
-}
-
-int MPI_Reduce(const void* send_buf, void* recv_buf, int count, MPI_Datatype type, MPI_Op op, int root,
-               MPI_Comm comm) {
-  DTL_TRACE_COLLECTIVE(MPI_Reduce, rooted_arg(count, type, root),
-                       PMPI_Reduce(send_buf, recv_buf, count, type, op, root, comm));
-}
-
-int MPI_Allreduce(const void* send_buf, void* recv_buf, int count, MPI_Datatype type, MPI_Op op,
-                  MPI_Comm comm) {
-  DTL_TRACE_COLLECTIVE(MPI_Allreduce, bytes_arg(count, type),
-                       PMPI_Allreduce(send_buf, recv_buf, count, type, op, comm));
-}
-
-int MPI_Gather(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
-               int recv_count, MPI_Datatype recv_type, int root, MPI_Comm comm) {
-  const Side side = described(send_buf, {send_count, send_type}, {recv_count, recv_type});
-  DTL_TRACE_COLLECTIVE(MPI_Gather, rooted_arg(side.count, side.type, root),
-                       PMPI_Gather(send_buf, send_count, send_type, recv_buf, recv_count, recv_type, root, comm));
-}
-
-int MPI_Gatherv(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
-                const int recv_counts[], const int displs[], MPI_Datatype recv_type, int root,
-                MPI_Comm comm) {
-  const Side side = described(send_buf, {send_count, send_type}, {0, MPI_DATATYPE_NULL});
-  DTL_TRACE_COLLECTIVE(MPI_Gatherv, rooted_arg(side.count, side.type, root),
-                       PMPI_Gatherv(send_buf, send_count, send_type, recv_buf, recv_counts, displs,
-                                    recv_type, root, comm));
-}
-
-int MPI_Scatter(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
-                int recv_count, MPI_Datatype recv_type, int root, MPI_Comm comm) {
-  const Side side = described(recv_buf, {recv_count, recv_type}, {send_count, send_type});
-  DTL_TRACE_COLLECTIVE(MPI_Scatter, rooted_arg(side.count, side.type, root),
-                       PMPI_Scatter(send_buf, send_count, send_type, recv_buf, recv_count, recv_type, root, comm));
-}
-
-int MPI_Scatterv(const void* send_buf, const int send_counts[], const int displs[],
-                 MPI_Datatype send_type, void* recv_buf, int recv_count, MPI_Datatype recv_type,
-                 int root, MPI_Comm comm) {
-  DTL_TRACE_COLLECTIVE(MPI_Scatterv, rooted_arg(recv_count, recv_type, root),
-                       PMPI_Scatterv(send_buf, send_counts, displs, send_type, recv_buf, recv_count,
-                                     recv_type, root, comm));
-}
-
-int MPI_Allgather(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
-                  int recv_count, MPI_Datatype recv_type, MPI_Comm comm) {
-  const Side side = described(send_buf, {send_count, send_type}, {recv_count, recv_type});
-  DTL_TRACE_COLLECTIVE(MPI_Allgather, bytes_arg(side.count, side.type),
-                       PMPI_Allgather(send_buf, send_count, send_type, recv_buf, recv_count, recv_type, comm));
-}
-
-int MPI_Allgatherv(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
-                   const int recv_counts[], const int displs[], MPI_Datatype recv_type, MPI_Comm comm) {
-  const Side side = described(send_buf, {send_count, send_type}, {0, MPI_DATATYPE_NULL});
-  DTL_TRACE_COLLECTIVE(MPI_Allgatherv, bytes_arg(side.count, side.type),
-                       PMPI_Allgatherv(send_buf, send_count, send_type, recv_buf, recv_counts, displs,
-                                       recv_type, comm));
-}
-
-int MPI_Alltoall(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
-                 int recv_count, MPI_Datatype recv_type, MPI_Comm comm) {
-  const Side side = described(send_buf, {send_count, send_type}, {recv_count, recv_type});
-  DTL_TRACE_COLLECTIVE(MPI_Alltoall, bytes_arg(side.count, side.type),
-                       PMPI_Alltoall(send_buf, send_count, send_type, recv_buf, recv_count, recv_type, comm));
-}
-
-int MPI_Alltoallv(const void* send_buf, const int send_counts[], const int send_displs[],
-                  MPI_Datatype send_type, void* recv_buf, const int recv_counts[],
-                  const int recv_displs[], MPI_Datatype recv_type, MPI_Comm comm) {
-  DTL_TRACE_COLLECTIVE(MPI_Alltoallv, "()",
-                       PMPI_Alltoallv(send_buf, send_counts, send_displs, send_type, recv_buf,
-                                      recv_counts, recv_displs, recv_type, comm));
-}
-
-int MPI_Reduce_scatter_block(const void* send_buf, void* recv_buf, int recv_count, MPI_Datatype type,
-                             MPI_Op op, MPI_Comm comm) {
-  DTL_TRACE_COLLECTIVE(MPI_Reduce_scatter_block, bytes_arg(recv_count, type),
-                       PMPI_Reduce_scatter_block(send_buf, recv_buf, recv_count, type, op, comm));
-}
-
-int MPI_Reduce_scatter(const void* send_buf, void* recv_buf, const int recv_counts[], MPI_Datatype type,
-                       MPI_Op op, MPI_Comm comm) {
-  DTL_TRACE_COLLECTIVE(MPI_Reduce_scatter, "()",
-                       PMPI_Reduce_scatter(send_buf, recv_buf, recv_counts, type, op, comm));
-}
-
-int MPI_Ibcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_ICOLLECTIVE(MPI_Ibcast, rooted_arg(count, type, root),
-                       PMPI_Ibcast(buf, count, type, root, comm, request));
-}
-
-int MPI_Iallreduce(const void* send_buf, void* recv_buf, int count, MPI_Datatype type, MPI_Op op,
-                   MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_ICOLLECTIVE(MPI_Iallreduce, bytes_arg(count, type),
-                       PMPI_Iallreduce(send_buf, recv_buf, count, type, op, comm, request));
-}
-
-int MPI_Ireduce(const void* send_buf, void* recv_buf, int count, MPI_Datatype type, MPI_Op op,
-                int root, MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_ICOLLECTIVE(MPI_Ireduce, rooted_arg(count, type, root),
-                       PMPI_Ireduce(send_buf, recv_buf, count, type, op, root, comm, request));
-}
-
-int MPI_Iallgather(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
-                   int recv_count, MPI_Datatype recv_type, MPI_Comm comm, MPI_Request* request) {
-  const Side side = described(send_buf, {send_count, send_type}, {recv_count, recv_type});
-  DTL_TRACE_ICOLLECTIVE(MPI_Iallgather, bytes_arg(side.count, side.type),
-                       PMPI_Iallgather(send_buf, send_count, send_type, recv_buf, recv_count,
-                                       recv_type, comm, request));
-}
-
-int MPI_Ialltoall(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
-                  int recv_count, MPI_Datatype recv_type, MPI_Comm comm, MPI_Request* request) {
-  const Side side = described(send_buf, {send_count, send_type}, {recv_count, recv_type});
-  DTL_TRACE_ICOLLECTIVE(MPI_Ialltoall, bytes_arg(side.count, side.type),
-                       PMPI_Ialltoall(send_buf, send_count, send_type, recv_buf, recv_count,
-                                      recv_type, comm, request));
-}
-
-int MPI_Igather(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
-                int recv_count, MPI_Datatype recv_type, int root, MPI_Comm comm, MPI_Request* request) {
-  const Side side = described(send_buf, {send_count, send_type}, {recv_count, recv_type});
-  DTL_TRACE_ICOLLECTIVE(MPI_Igather, rooted_arg(side.count, side.type, root),
-                       PMPI_Igather(send_buf, send_count, send_type, recv_buf, recv_count, recv_type,
-                                    root, comm, request));
-}
-
-int MPI_Iscatter(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
-                 int recv_count, MPI_Datatype recv_type, int root, MPI_Comm comm, MPI_Request* request) {
-  const Side side = described(recv_buf, {recv_count, recv_type}, {send_count, send_type});
-  DTL_TRACE_ICOLLECTIVE(MPI_Iscatter, rooted_arg(side.count, side.type, root),
-                       PMPI_Iscatter(send_buf, send_count, send_type, recv_buf, recv_count, recv_type,
-                                     root, comm, request));
-}
-
-int MPI_Ireduce_scatter_block(const void* send_buf, void* recv_buf, int recv_count, MPI_Datatype type,
-                              MPI_Op op, MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_ICOLLECTIVE(MPI_Ireduce_scatter_block, bytes_arg(recv_count, type),
-                       PMPI_Ireduce_scatter_block(send_buf, recv_buf, recv_count, type, op, comm, request));
-}
-
-int MPI_Scan(const void* send_buf, void* recv_buf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
-  DTL_TRACE_COLLECTIVE(MPI_Scan, bytes_arg(count, type), PMPI_Scan(send_buf, recv_buf, count, type, op, comm));
-}
-
-int MPI_Exscan(const void* send_buf, void* recv_buf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
-  DTL_TRACE_COLLECTIVE(MPI_Exscan, bytes_arg(count, type), PMPI_Exscan(send_buf, recv_buf, count, type, op, comm));
-}
-
-int MPI_Iscan(const void* send_buf, void* recv_buf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
-              MPI_Request* request) {
-  DTL_TRACE_ICOLLECTIVE(MPI_Iscan, bytes_arg(count, type),
-                       PMPI_Iscan(send_buf, recv_buf, count, type, op, comm, request));
-}
-
-int MPI_Igatherv(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
-                 const int recv_counts[], const int displs[], MPI_Datatype recv_type, int root, MPI_Comm comm,
-                 MPI_Request* request) {
-  const Side side = described(send_buf, {send_count, send_type}, {0, MPI_DATATYPE_NULL});
-  DTL_TRACE_ICOLLECTIVE(MPI_Igatherv, rooted_arg(side.count, side.type, root),
-                       PMPI_Igatherv(send_buf, send_count, send_type, recv_buf, recv_counts, displs, recv_type,
-                                     root, comm, request));
-}
-
-int MPI_Iscatterv(const void* send_buf, const int send_counts[], const int displs[], MPI_Datatype send_type,
-                  void* recv_buf, int recv_count, MPI_Datatype recv_type, int root, MPI_Comm comm,
-                  MPI_Request* request) {
-  DTL_TRACE_ICOLLECTIVE(MPI_Iscatterv, rooted_arg(recv_count, recv_type, root),
-                       PMPI_Iscatterv(send_buf, send_counts, displs, send_type, recv_buf, recv_count, recv_type,
-                                      root, comm, request));
-}
-
-int MPI_Iallgatherv(const void* send_buf, int send_count, MPI_Datatype send_type, void* recv_buf,
-                    const int recv_counts[], const int displs[], MPI_Datatype recv_type, MPI_Comm comm,
-                    MPI_Request* request) {
-  const Side side = described(send_buf, {send_count, send_type}, {0, MPI_DATATYPE_NULL});
-  DTL_TRACE_ICOLLECTIVE(MPI_Iallgatherv, bytes_arg(side.count, side.type),
-                       PMPI_Iallgatherv(send_buf, send_count, send_type, recv_buf, recv_counts, displs,
-                                        recv_type, comm, request));
-}
-
-int MPI_Ialltoallv(const void* send_buf, const int send_counts[], const int send_displs[],
-                   MPI_Datatype send_type, void* recv_buf, const int recv_counts[], const int recv_displs[],
-                   MPI_Datatype recv_type, MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_ICOLLECTIVE(MPI_Ialltoallv, "()",
-                       PMPI_Ialltoallv(send_buf, send_counts, send_displs, send_type, recv_buf, recv_counts,
-                                       recv_displs, recv_type, comm, request));
-}
-
-int MPI_Ireduce_scatter(const void* send_buf, void* recv_buf, const int recv_counts[], MPI_Datatype type,
-                        MPI_Op op, MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_ICOLLECTIVE(MPI_Ireduce_scatter, "()",
-                       PMPI_Ireduce_scatter(send_buf, recv_buf, recv_counts, type, op, comm, request));
-}
-
-int MPI_Ibarrier(MPI_Comm comm, MPI_Request* request) {
-  DTL_TRACE_ICOLLECTIVE(MPI_Ibarrier, "()", PMPI_Ibarrier(comm, request));
-}
-
-}  // extern "C"
