@@ -165,7 +165,7 @@ int train_mlp(const Options& o) {
 // --------------------------------------------------------------------------
 
 // Fills x and y (both (B, T)) with random windows of `tokens`: y is x shifted by one.
-void sample_windows(const std::vector<std::int32_t>& tokens, std::int64_t begin, std::int64_t end, dtl::nn::Rng& rng,
+void sample_windows(const std::vector<std::int32_t>& tokens, std::int64_t begin, std::int64_t end, dtl::Rng& rng,
                     const Tensor& x, const Tensor& y) {
   const std::int64_t batch = x.dim(0), seq = x.dim(1);
   for (std::int64_t b = 0; b < batch; ++b) {
@@ -197,11 +197,11 @@ int train_gpt(const Options& o) {
 
   Tensor x = Tensor::zeros({batch, seq}, DType::kI32, MemoryCategory::kOther);
   Tensor y = Tensor::zeros({batch, seq}, DType::kI32, MemoryCategory::kOther);
-  dtl::nn::Rng rng(seed + 17);
+  dtl::Rng rng(seed + 17);
   dtl::nn::SoftmaxCrossEntropy ce;
   // Held-out loss over a fixed set of 8 batches (same windows every time).
   auto held_out_loss = [&] {
-    dtl::nn::Rng fixed(seed + 99);
+    dtl::Rng fixed(seed + 99);
     double total = 0;
     for (int i = 0; i < 8; ++i) {
       sample_windows(corpus.tokens, split, n, fixed, x, y);

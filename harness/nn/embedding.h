@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "harness/nn/layer.h"
-#include "harness/nn/random.h"
+#include "harness/random.h"
 
 namespace dtl::nn {
 

@@ -10,7 +10,7 @@
 
 #include "harness/error.h"
 #include "harness/nn/layer.h"
-#include "harness/nn/random.h"
+#include "harness/random.h"
 #include "harness/nn/tensor.h"
 
 namespace dtl::nn::detail {

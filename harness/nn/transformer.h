@@ -12,7 +12,7 @@
 
 #include "harness/nn/dense.h"
 #include "harness/nn/layer.h"
-#include "harness/nn/random.h"
+#include "harness/random.h"
 
 namespace dtl::nn {
 

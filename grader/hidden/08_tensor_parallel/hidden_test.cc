@@ -57,7 +57,7 @@ TEST(HiddenLayers, BlocksAndVocabulary) {
   Group tp(comm());
   const int T = tp.size(), r = tp.rank();
   for (bool attention : {false, true}) {
-    nn::Rng rng(80);
+    dtl::Rng rng(80);
     const std::int64_t C = attention ? 2 * T : T;
     std::unique_ptr<nn::Layer> full =
         attention ? nn::make_attention_block("b", C, T, nn::DType::kF64, rng, 0.3, 0.3)
@@ -77,7 +77,7 @@ TEST(HiddenLayers, BlocksAndVocabulary) {
     EXPECT_TRUE(grads_match(*full, *parallel, T, r, what));
   }
   {
-    nn::Rng rng(84);
+    dtl::Rng rng(84);
     nn::Embedding full("wte", 2 * T, 5, nn::DType::kF64, rng, 0.5);
     lab08::VocabParallelEmbedding layer(full, tp.mpi);
     nn::Tensor x = nn::Tensor::zeros({2, 2 * T}, nn::DType::kI32, nn::MemoryCategory::kOther);
@@ -115,7 +115,7 @@ TEST(HiddenLayers, Refusals) {
                       "4 outputs"));
   EXPECT_TRUE(refused([&] { lab08::RowParallelLinear layer(*four, tp.mpi); }, {"'full'", tp_rank_words(r, T)},
                       "4 inputs"));
-  nn::Rng rng(2);
+  dtl::Rng rng(2);
   nn::CausalSelfAttention attn("attn", 8, 4, nn::DType::kF64, rng);
   EXPECT_TRUE(refused([&] { lab08::ParallelSelfAttention layer(attn, tp.mpi); }, {"'full'", tp_rank_words(r, T)},
                       "4 heads"));
@@ -140,7 +140,7 @@ TEST(HiddenModel, GptSequenceParallelAndGrids) {
   }
   {
     Group tp(comm());
-    nn::Rng rng(12);
+    dtl::Rng rng(12);
     auto full = nn::make_mlp_block("b", 3, 2 * W, nn::Activation::kReLU, nn::DType::kF64, rng, 0.3, 0.3);
     randomize(*full, 13);
     auto parallel = lab08::make_parallel_mlp_block(*full, tp.record, true);

@@ -44,7 +44,7 @@ double time_seconds(F&& f) {
 }
 
 Tensor random_tensor(const dtl::nn::Shape& shape, std::uint64_t seed) {
-  dtl::nn::Rng rng(seed);
+  dtl::Rng rng(seed);
   Tensor t = Tensor::zeros(shape, DType::kF32, MemoryCategory::kOther);
   for (float& v : t.span<float>()) v = static_cast<float>(rng.normal(0.0, 1.0));
   return t;
@@ -55,7 +55,7 @@ Tensor random_tensor(const dtl::nn::Shape& shape, std::uint64_t seed) {
 // --------------------------------------------------------------------------
 void BM_LinearVsSgemm(benchmark::State& state) {
   const std::int64_t n = state.range(0), in = state.range(1), out = state.range(2);
-  dtl::nn::Rng rng(1);
+  dtl::Rng rng(1);
   dtl::nn::Linear layer("fc", in, out, DType::kF32, rng);
   const Tensor x = random_tensor({n, in}, 2);
   const Tensor dy = random_tensor({n, out}, 3);
@@ -193,7 +193,7 @@ void run_breakdowns() {
     dtl::nn::Model gpt = dtl::nn::make_gpt(vocab, seq, 64, 4, 2, 1);  // what dtl_train gpt trains
     Tensor x = Tensor::zeros({batch, seq}, DType::kI32, MemoryCategory::kOther);
     Tensor y = Tensor::zeros({batch, seq}, DType::kI32, MemoryCategory::kOther);
-    dtl::nn::Rng rng(7);
+    dtl::Rng rng(7);
     for (std::int32_t& v : x.span<std::int32_t>()) v = static_cast<std::int32_t>(rng.below(vocab));
     for (std::int32_t& v : y.span<std::int32_t>()) v = static_cast<std::int32_t>(rng.below(vocab));
     breakdown("GPT (dtl_train gpt: V 33, T 64, C 64, 4 heads, 2 layers, batch 8)", gpt, x, y, 30);

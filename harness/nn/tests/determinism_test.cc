@@ -8,7 +8,7 @@
 
 #include "harness/nn/model.h"
 #include "harness/nn/optim.h"
-#include "harness/nn/random.h"
+#include "harness/random.h"
 
 namespace dtl::nn {
 namespace {

@@ -8,7 +8,7 @@
 #include "harness/error.h"
 #include "harness/nn/memory.h"
 #include "harness/nn/optim.h"
-#include "harness/nn/random.h"
+#include "harness/random.h"
 
 namespace dtl::nn {
 namespace {

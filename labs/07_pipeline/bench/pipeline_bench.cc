@@ -108,7 +108,7 @@ const dtl::LinkModel& link_1gbe() {
 // (in 16 -> kWidth) and the last a real Linear (kWidth -> 10 classes), so the
 // loss and the messages are real.
 nn::Model emulated_model(int stages, bool link) {
-  nn::Rng rng(7);
+  dtl::Rng rng(7);
   nn::Model model;
   const int units = stages * kUnitsPerStage;
   for (int u = 0; u < units; ++u) {

@@ -227,7 +227,7 @@ class SleepLayer final : public nn::Layer {
 };
 
 TEST(UnitCosts, MeasuresEachUnitsForwardPlusBackward) {
-  nn::Rng rng(5);
+  dtl::Rng rng(5);
   nn::Model model;
   {
     std::vector<std::unique_ptr<nn::Layer>> l;

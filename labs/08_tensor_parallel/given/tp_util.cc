@@ -58,7 +58,7 @@ L& expect_layer(nn::Layer& layer, const char* what) {
 
 std::unique_ptr<nn::Layer> copy_positions(nn::PositionalEmbedding& full) {
   const nn::Tensor& w = full.parameters()[0]->value;
-  nn::Rng unused(0);  // the weights are overwritten by the full layer's
+  dtl::Rng unused(0);  // the weights are overwritten by the full layer's
   auto copy = std::make_unique<nn::PositionalEmbedding>(full.name(), w.dim(0), w.dim(1), w.dtype(), unused);
   copy->parameters()[0]->value.copy_from(w);
   return copy;

@@ -29,8 +29,8 @@ namespace {
 
 // The weights of the local layers are copied from the full layer right after
 // construction; this generator only feeds the harness's initialization.
-nn::Rng& unused_rng() {
-  static thread_local nn::Rng rng(0);
+dtl::Rng& unused_rng() {
+  static thread_local dtl::Rng rng(0);
   return rng;
 }
 

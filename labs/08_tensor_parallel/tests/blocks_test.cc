@@ -18,7 +18,7 @@ void check_block(bool attention, const nn::Shape& shape, std::int64_t heads, nn:
   Group tp(comm());
   const int T = tp.size(), r = tp.rank();
   const std::int64_t C = shape.back();
-  nn::Rng rng(seed);
+  dtl::Rng rng(seed);
   std::unique_ptr<nn::Layer> full =
       attention ? nn::make_attention_block("blk", C, heads, nn::DType::kF64, rng, 0.3, 0.3)
                 : nn::make_mlp_block("blk", C, 4 * C, act, nn::DType::kF64, rng, 0.3, 0.3);
@@ -61,7 +61,7 @@ TEST(Attention, TheLayerAloneWithItsProjections) {
   // ParallelSelfAttention without the block: y, dx and the four gradients.
   Group tp(comm());
   const int T = tp.size(), r = tp.rank();
-  nn::Rng rng(9);
+  dtl::Rng rng(9);
   nn::CausalSelfAttention full("attn", 2 * T, T, nn::DType::kF64, rng, 0.4, 0.4);
   randomize(full, 90);
   lab08::ParallelSelfAttention layer(full, tp.mpi);
@@ -78,7 +78,7 @@ TEST(Attention, TheLayerAloneWithItsProjections) {
 TEST(Errors, HeadsNotDivisibleAreRefused) {
   Group tp(comm());
   const int T = tp.size(), r = tp.rank();
-  nn::Rng rng(1);
+  dtl::Rng rng(1);
   nn::CausalSelfAttention accepted("attn", 2 * T, T, nn::DType::kF64, rng);
   lab08::ParallelSelfAttention one_head_each(accepted, tp.mpi);  // T heads over T ranks: accepted
   EXPECT_EQ(one_head_each.qkv().local().weight().value.shape(), (nn::Shape{6, 2 * T}));

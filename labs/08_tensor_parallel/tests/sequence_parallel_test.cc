@@ -29,7 +29,7 @@ void check_sp_block(bool attention, const nn::Shape& shape, std::uint64_t seed) 
   Group tp(comm());
   const int T = tp.size(), r = tp.rank();
   const std::int64_t C = shape.back();
-  nn::Rng rng(seed);
+  dtl::Rng rng(seed);
   std::unique_ptr<nn::Layer> full =
       attention ? nn::make_attention_block("blk", C, T, nn::DType::kF64, rng, 0.3, 0.3)
                 : nn::make_mlp_block("blk", C, 4 * C, nn::Activation::kGELU, nn::DType::kF64, rng, 0.3, 0.3);

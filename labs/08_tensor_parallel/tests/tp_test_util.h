@@ -47,7 +47,7 @@ struct Group {
 
 /// Deterministic values in [-1, 1), the same on every rank for the same seed.
 inline std::vector<double> random_values(std::int64_t n, std::uint64_t seed) {
-  nn::Rng rng(seed);
+  dtl::Rng rng(seed);
   std::vector<double> v(static_cast<std::size_t>(n));
   for (double& x : v) x = rng.uniform(-1.0, 1.0);
   return v;
@@ -72,7 +72,7 @@ inline std::vector<double> values(const nn::Tensor& t) {
 /// A Linear layer with random weights and a random (non-zero) bias, the same on every rank.
 inline std::unique_ptr<nn::Linear> random_linear(const std::string& name, std::int64_t in, std::int64_t out,
                                                  bool bias, std::uint64_t seed, nn::DType dtype = nn::DType::kF64) {
-  nn::Rng rng(seed);
+  dtl::Rng rng(seed);
   auto layer = std::make_unique<nn::Linear>(name, in, out, dtype, rng, 0.5, bias);
   if (bias) layer->bias().value.copy_from(random_tensor({out}, seed + 1, dtype));
   return layer;

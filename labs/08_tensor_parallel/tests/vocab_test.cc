@@ -18,7 +18,7 @@ namespace {
 nn::Tensor tokens(std::int64_t batch, std::int64_t seq, std::int64_t vocab, int T, std::uint64_t seed) {
   nn::Tensor t = nn::Tensor::zeros({batch, seq}, nn::DType::kI32, nn::MemoryCategory::kOther);
   auto s = t.span<std::int32_t>();
-  nn::Rng rng(seed);
+  dtl::Rng rng(seed);
   std::size_t i = 0;
   for (int r = 0; r < T && i + 1 < s.size(); ++r) {
     s[i++] = static_cast<std::int32_t>(r * vocab / T);
@@ -33,7 +33,7 @@ TEST(VocabEmbedding, EqualsTheUnsplitEmbedding) {
   const int T = tp.size(), r = tp.rank();
   for (std::int64_t vocab : {static_cast<std::int64_t>(T), static_cast<std::int64_t>(5 * T)}) {
     const std::string what = "V = " + std::to_string(vocab);
-    nn::Rng rng(3);
+    dtl::Rng rng(3);
     nn::Embedding full("wte", vocab, 3, nn::DType::kF64, rng, 0.5);
     lab08::VocabParallelEmbedding layer(full, tp.record);
     EXPECT_EQ(layer.vocab_begin(), r * vocab / T) << what;
@@ -133,7 +133,7 @@ TEST(Errors, VocabularyNotDivisibleIsRefused) {
   Group tp(comm());
   const int T = tp.size(), r = tp.rank();
   if (T > 1) {
-    nn::Rng rng(1);
+    dtl::Rng rng(1);
     nn::Embedding full("wte", T + 1, 2, nn::DType::kF64, rng);
     EXPECT_TRUE(refused([&] { lab08::VocabParallelEmbedding layer(full, tp.mpi); },
                         {"VocabParallelEmbedding", "'full'", std::to_string(T + 1), tp_rank_words(r, T)},
@@ -142,7 +142,7 @@ TEST(Errors, VocabularyNotDivisibleIsRefused) {
                         {"VocabParallelCrossEntropy", "'vocab'", tp_rank_words(r, T)},
                         "a loss over " + std::to_string(T + 1) + " tokens"));
   }
-  nn::Rng rng(2);
+  dtl::Rng rng(2);
   nn::Embedding accepted("wte", 2 * T, 2, nn::DType::kF64, rng);
   lab08::VocabParallelEmbedding layer(accepted, tp.mpi);
   EXPECT_TRUE(close_to(row_slice(accepted.parameters()[0]->value, 1, T, r), values(layer.parameters()[0]->value),
