@@ -16,13 +16,20 @@ What a student repository holds, and what it must not:
            convention: one command-grader step per lab, then the reporter) and a
            first commit, so the folder can be pushed as the assignment's template.
 
-Only files git tracks are copied (nothing built, nothing ignored). The export is
-checked after it is written: it refuses to finish if a solution or a hidden test
-slipped in (a file under a dropped folder, or a `BEGIN SOLUTION` marker anywhere).
+Only files git tracks are copied (nothing built, nothing ignored). Student-facing
+text talks only about what the student has: blocks marked "instructors only" in the
+READMEs are dropped, and the decks' links to reference/NN_topic/src/ point at the
+student's own labs/NN_topic/src/ (the Notes they cite are outside the solution
+blocks, so the skeleton holds them too). The export is checked after it is written:
+it refuses to finish if a solution or a hidden test slipped in (a file under a
+dropped folder, or a `BEGIN SOLUTION` marker anywhere), or if a student-facing text
+(the READMEs, the handouts, the decks, `./dtl help`) still names reference/ or the
+solution generator.
 """
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -32,6 +39,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 DROPPED = ("reference/", "grader/hidden/", "grader/tests/", "grader/gradescope/", "grader/skeleton.py", ".ci/")
 SOLUTION_MARKER = "BEGIN SOLUTION"
+
+# Blocks of the READMEs that only make sense with reference/ and the generator at hand.
+INSTRUCTORS_ONLY = re.compile(r"<!-- instructors only: begin.*?-->.*?<!-- instructors only: end -->\n?", re.S)
+# What a student-facing text must not name in a student repository.
+NOT_FOR_STUDENTS = ("reference/", "./dtl generate", "skeleton.py", "solution generator")
 
 WORKFLOW_HEAD = """\
 # GitHub Classroom autograding for dtlabs (written by ./dtl export-student).
@@ -123,6 +135,23 @@ def student_doxyfile(text: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def student_facing(dest: Path) -> list[Path]:
+    """The texts a student reads: the READMEs at the top and of labs/, each handout, each deck."""
+    files = [dest / "README.md", dest / "labs" / "README.md"]
+    files += sorted((dest / "labs").glob("[0-9][0-9]_*/README.md"))
+    files += sorted((dest / "slides").rglob("*.md"))
+    return [f for f in files if f.is_file()]
+
+
+def student_text(rel: str, text: str) -> str:
+    """A student-facing file as the student repository holds it."""
+    text = INSTRUCTORS_ONLY.sub("", text)
+    if rel.startswith("slides/"):
+        text = text.replace("reference: [`reference/", "your files: [`labs/")
+        text = re.sub(r"\breference/(\d\d_\w+/src/)", r"labs/\1", text)
+    return text
+
+
 def check_export(dest: Path) -> list[str]:
     """What must not be in a student repository: the problems found, or []."""
     problems = []
@@ -135,6 +164,16 @@ def check_export(dest: Path) -> list[str]:
         if path.suffix in (".cc", ".h", ".cu", ".cuh", ".py") and SOLUTION_MARKER in path.read_text(errors="replace"):
             if path.name != "export_student.py":  # this file names the marker it looks for
                 problems.append(f"{path.relative_to(dest)} holds a solution block ({SOLUTION_MARKER})")
+    for path in student_facing(dest):
+        text = path.read_text(errors="replace")
+        for word in NOT_FOR_STUDENTS:
+            if word in text:
+                problems.append(f"{path.relative_to(dest)} names {word!r}, which a student repository lacks")
+    if (dest / "dtl").is_file():
+        shown = subprocess.run(["bash", str(dest / "dtl"), "help"], capture_output=True, text=True).stdout
+        for word in NOT_FOR_STUDENTS:
+            if word in shown:
+                problems.append(f"./dtl help names {word!r}, which a student repository lacks")
     return problems
 
 
@@ -151,6 +190,11 @@ def export(dest: Path, root: Path = ROOT, commit: bool = True) -> list[str]:
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / rel, target)
+        if rel.endswith(".md"):
+            text = (root / rel).read_text()
+            changed = student_text(rel, text)
+            if changed != text:
+                target.write_text(changed)
         copied.append(rel)
     (dest / "Doxyfile").write_text(student_doxyfile((root / "Doxyfile").read_text()))
     # The untouched skeletons: labs/NN/src becomes the student's work, and the grader

@@ -88,6 +88,32 @@ class TestExport(unittest.TestCase):
         self.assertTrue(any("reference/" in p for p in problems), problems)
         self.assertTrue(any("labs/x.cc holds a solution block" in p for p in problems), problems)
 
+    def test_student_facing_text_names_only_what_students_have(self):
+        # Every README, handout and deck, and ./dtl help: no reference/, no generator.
+        for path in export_student.student_facing(self.dest):
+            text = path.read_text()
+            for word in export_student.NOT_FOR_STUDENTS:
+                self.assertNotIn(word, text, path)
+            self.assertNotIn("instructors only", text, path)
+        shown = subprocess.run([str(self.dest / "dtl"), "help"], capture_output=True, text=True).stdout
+        self.assertIn("build [NN ...]", shown)
+        for word in ("generate", "export-student", "reference/"):
+            self.assertNotIn(word, shown)
+        # The decks' links to the solutions now point at the student's own files, which exist.
+        for deck in (self.dest / "slides").glob("[0-9][0-9]_*/slides.md"):
+            for target in re.findall(r"\]\((\.\./\.\./labs/[^)#]+)\)", deck.read_text()):
+                self.assertTrue((deck.parent / target).exists(), f"{deck.name}: {target}")
+
+    def test_a_student_facing_text_that_names_the_solutions_is_found(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            d = Path(tmp)
+            (d / "labs" / "01_x").mkdir(parents=True)
+            (d / "labs" / "01_x" / "README.md").write_text("See reference/01_x/src/ for the answer.\n")
+            (d / "README.md").write_text("Run ./dtl generate after editing.\n")
+            problems = export_student.check_export(d)
+        self.assertTrue(any("labs/01_x/README.md names 'reference/'" in p for p in problems), problems)
+        self.assertTrue(any("README.md names './dtl generate'" in p for p in problems), problems)
+
     def test_refuses_a_non_empty_or_inner_folder(self):
         run = subprocess.run([sys.executable, str(ROOT / "grader" / "export_student.py"), str(ROOT / "build" / "x")],
                              capture_output=True, text=True)
