@@ -100,6 +100,13 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
         binaries = binaries_for(lab, has_hidden, gpu)
         # GPU items stay without a GPU: they are listed as not gradable (score.py).
         items = [i for i in lab.items if i.binary in binaries or (i.gpu and not gpu)]
+        # A student's repository has no hidden tests: say what they are worth, so that
+        # "100 / 100" does not read as the final grade.
+        unseen = sum(i.points for i in lab.items if i.binary == "hidden" and i not in items)
+        unseen_note = (f"{unseen:g} more points come from hidden tests (other rank counts and inputs), graded "
+                       f"by your instructor: they are not in this total") if unseen else ""
+        if unseen_note:
+            notes.append(unseen_note)
         # Performance items need the reference's benchmark beside the submission's:
         # not gradable in a repository without reference/ (a student's export).
         has_reference = (tree / "reference" / lab.name / "src").is_dir()
@@ -160,6 +167,8 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
                     row["output"] = ("\n".join(refusals) + "\n\n" + row["output"])[:TEST_OUTPUT_CAP]
         total, max_total = totals(rows)
         print_report(lab, rows, total, max_total, sys.stdout)
+        if unseen_note:
+            print(unseen_note, flush=True)
         elapsed = time.monotonic() - started
         print(f"graded in {elapsed:.0f} s", flush=True)
         return gradescope_results(lab, rows, total, max_total, elapsed, notes)
