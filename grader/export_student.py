@@ -33,6 +33,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,6 +153,14 @@ def student_text(rel: str, text: str) -> str:
     return text
 
 
+def with_hidden_points(rubric: str, points: float) -> str:
+    """The rubric with `hidden_points = N` among its top-level keys (before the first table)."""
+    line = (f"hidden_points = {points:g}  # written by ./dtl export-student: the hidden tests' points, "
+            f"graded by the instructor\n")
+    at = re.search(r"(?m)^\[", rubric)
+    return rubric + "\n" + line if at is None else rubric[:at.start()] + line + "\n" + rubric[at.start():]
+
+
 def check_export(dest: Path) -> list[str]:
     """What must not be in a student repository: the problems found, or []."""
     problems = []
@@ -197,6 +206,13 @@ def export(dest: Path, root: Path = ROOT, commit: bool = True) -> list[str]:
                 target.write_text(changed)
         copied.append(rel)
     (dest / "Doxyfile").write_text(student_doxyfile((root / "Doxyfile").read_text()))
+    # The hidden tests stay behind; what they are worth goes along, so that grading in
+    # the student repository can say that its total is not the whole grade.
+    for hidden in sorted((root / "grader" / "hidden").glob("[0-9][0-9]_*/rubric.toml")):
+        points = sum(float(i.get("points", 0)) for i in tomllib.loads(hidden.read_text()).get("item", []))
+        rubric = dest / "grader" / "rubrics" / f"{hidden.parent.name[:2]}.toml"
+        if points and rubric.is_file():
+            rubric.write_text(with_hidden_points(rubric.read_text(), points))
     # The untouched skeletons: labs/NN/src becomes the student's work, and the grader
     # still needs the skeleton (--skeleton, files a submission lacks or may not keep).
     for lab_src in sorted((root / "labs").glob("[0-9][0-9]_*/src")):

@@ -103,6 +103,8 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
         # A student's repository has no hidden tests: say what they are worth, so that
         # "100 / 100" does not read as the final grade.
         unseen = sum(i.points for i in lab.items if i.binary == "hidden" and i not in items)
+        if not any(i.binary == "hidden" for i in lab.items):
+            unseen = lab.hidden_points
         unseen_note = (f"{unseen:g} more points come from hidden tests (other rank counts and inputs), graded "
                        f"by your instructor: they are not in this total") if unseen else ""
         if unseen_note:

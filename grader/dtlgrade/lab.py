@@ -69,6 +69,9 @@ class Lab:
     depends: list[str] = field(default_factory=list)  # labs whose library this one links (dependency_labs())
     budget: float = 600.0      # seconds for all of the lab's test runs (rubric: budget)
     imports: Policy = field(default_factory=Policy)  # rubric: [[imports.allow]], [[imports.refuse]]
+    # What the hidden tests are worth where they are absent: a student repository's rubric
+    # says (./dtl export-student writes hidden_points from grader/hidden/NN/rubric.toml).
+    hidden_points: float = 0.0
 
     @property
     def src_names(self) -> list[str]:
@@ -190,4 +193,5 @@ def load_lab(number: str, hidden_dirs: list[Path]) -> Lab:
             raise GraderError(f"{rubric}: perf item {p.name!r} requires unknown items {missing}")
     return Lab(number=name[:2], name=name, title=data.get("title", name), items=items, perf=perf,
                needs_cuda=bool(data.get("cuda", False)), depends=dependency_labs(name),
-               budget=float(data.get("budget", 600)), imports=Policy.from_rubric(data))
+               budget=float(data.get("budget", 600)), imports=Policy.from_rubric(data),
+               hidden_points=float(data.get("hidden_points", 0)))

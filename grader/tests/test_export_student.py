@@ -104,6 +104,13 @@ class TestExport(unittest.TestCase):
             for target in re.findall(r"\]\((\.\./\.\./labs/[^)#]+)\)", deck.read_text()):
                 self.assertTrue((deck.parent / target).exists(), f"{deck.name}: {target}")
 
+    def test_rubrics_carry_the_hidden_points(self):
+        import tomllib
+        for hidden in sorted((ROOT / "grader" / "hidden").glob("[0-9][0-9]_*/rubric.toml")):
+            points = sum(i["points"] for i in tomllib.loads(hidden.read_text())["item"])
+            rubric = tomllib.loads((self.dest / "grader" / "rubrics" / f"{hidden.parent.name[:2]}.toml").read_text())
+            self.assertEqual(rubric.get("hidden_points"), points, hidden.parent.name)
+
     def test_a_student_facing_text_that_names_the_solutions_is_found(self):
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp)
@@ -140,6 +147,8 @@ class TestGradingInTheExport(unittest.TestCase):
             work = subprocess.run(grade, capture_output=True, text=True, timeout=600)
             skel = subprocess.run(grade + ["--skeleton"], capture_output=True, text=True, timeout=600)
         self.assertRegex(work.stdout, r"TOTAL\s+(\d+) / \1\b", work.stdout[-2000:] + work.stderr[-2000:])
+        # The total is not the whole grade, and the student is told so.
+        self.assertRegex(work.stdout, r"\d+ more points come from hidden tests .* graded by your instructor")
         self.assertRegex(skel.stdout, r"TOTAL\s+0 / \d+", skel.stdout[-2000:] + skel.stderr[-2000:])
 
 
