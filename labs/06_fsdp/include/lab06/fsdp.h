@@ -216,7 +216,10 @@ namespace dtl::lab06 {
 // the whole model: that is the point of sharding. To load on W' ranks, rank r'
 // needs the real elements [r' S', (r' + 1) S') of each unit (S' its new shard
 // size); they lie in one or more old shards, and reshard_sources() says which
-// slices (the padding is not stored: it is zero). Everything is read and checked
+// slices. Each file holds its shards as the trainer holds them, padding
+// included (UnitShard::values is `shard` floats, and the last ranks' end in
+// zeros); a load copies only real elements, so the old padding is never read
+// and the new shards' padding is zero whatever W was. Everything is read and checked
 // into temporary buffers first; the ranks then agree (agree_or_throw()) and only
 // if every rank succeeded is the trainer's state replaced. A missing or corrupt
 // file, a unit that is not in the model, a different element count, or a file

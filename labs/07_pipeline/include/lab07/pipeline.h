@@ -188,7 +188,8 @@ namespace dtl::lab07 {
 // The pipeline runs at the pace of its slowest stage. Cutting by parameter
 // count (Model::split_stages' default) balances memory, not time: a GPT's
 // embedding has many parameters and costs little (a lookup), its head has many
-// and costs much (a V-wide GEMM and the softmax), and attention costs grow with
+// and costs much (a V-wide GEMM; the loss after it is not a unit and is not
+// timed by measure_unit_costs()), and attention costs grow with
 // T^2 without any parameter. So measure: time each unit's forward and backward
 // (the model's pre/post hooks around each unit), take the median of a few runs,
 // and cut the units into P contiguous stages minimising the largest stage's
