@@ -23,8 +23,8 @@ student's own labs/NN_topic/src/ (the Notes they cite are outside the solution
 blocks, so the skeleton holds them too). The export is checked after it is written:
 it refuses to finish if a solution or a hidden test slipped in (a file under a
 dropped folder, or a `BEGIN SOLUTION` marker anywhere), or if a student-facing text
-(the READMEs, the handouts, the decks, `./dtl help`) still names reference/ or the
-solution generator.
+(the READMEs, the handouts, the results, the decks, `./dtl help`) still names
+reference/, the solution generator, or a hidden test suite.
 """
 from __future__ import annotations
 
@@ -140,6 +140,7 @@ def student_facing(dest: Path) -> list[Path]:
     """The texts a student reads: the READMEs at the top and of labs/, each handout, each deck."""
     files = [dest / "README.md", dest / "labs" / "README.md"]
     files += sorted((dest / "labs").glob("[0-9][0-9]_*/README.md"))
+    files += sorted((dest / "labs").glob("[0-9][0-9]_*/bench/RESULTS.md"))
     files += sorted((dest / "slides").rglob("*.md"))
     return [f for f in files if f.is_file()]
 
@@ -161,8 +162,17 @@ def with_hidden_points(rubric: str, points: float) -> str:
     return rubric + "\n" + line if at is None else rubric[:at.start()] + line + "\n" + rubric[at.start():]
 
 
-def check_export(dest: Path) -> list[str]:
-    """What must not be in a student repository: the problems found, or []."""
+def hidden_suites(root: Path) -> set[str]:
+    """The test suites of the hidden tests (TEST(Suite, ...) and its typed and fixture forms)."""
+    suites = set()
+    for source in (root / "grader" / "hidden").glob("*/*_test.cc"):
+        suites |= set(re.findall(r"(?m)^\s*(?:TYPED_)?TEST(?:_F|_P)?\(\s*(\w+)\s*,", source.read_text()))
+    return suites
+
+
+def check_export(dest: Path, hidden: set[str] = frozenset()) -> list[str]:
+    """What must not be in a student repository: the problems found, or []. `hidden`:
+    the hidden tests' suite names, which no student-facing text may give away."""
     problems = []
     for d in DROPPED:
         if (dest / d.rstrip("/")).exists():
@@ -178,6 +188,9 @@ def check_export(dest: Path) -> list[str]:
         for word in NOT_FOR_STUDENTS:
             if word in text:
                 problems.append(f"{path.relative_to(dest)} names {word!r}, which a student repository lacks")
+        for suite in sorted(hidden):
+            if re.search(rf"\b{suite}\b", text):
+                problems.append(f"{path.relative_to(dest)} names the hidden test suite {suite}")
     if (dest / "dtl").is_file():
         shown = subprocess.run(["bash", str(dest / "dtl"), "help"], capture_output=True, text=True).stdout
         for word in NOT_FOR_STUDENTS:
@@ -223,7 +236,7 @@ def export(dest: Path, root: Path = ROOT, commit: bool = True) -> list[str]:
     wf.parent.mkdir(parents=True, exist_ok=True)
     wf.write_text(workflow(lab_numbers(root)))
     copied.append(".github/workflows/classroom.yml")
-    problems = check_export(dest)
+    problems = check_export(dest, hidden_suites(root))
     if problems:
         shutil.rmtree(dest)
         raise SystemExit("export-student: refused, removed the export:\n  " + "\n  ".join(problems))

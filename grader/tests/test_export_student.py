@@ -104,6 +104,17 @@ class TestExport(unittest.TestCase):
             for target in re.findall(r"\]\((\.\./\.\./labs/[^)#]+)\)", deck.read_text()):
                 self.assertTrue((deck.parent / target).exists(), f"{deck.name}: {target}")
 
+    def test_hidden_test_names_stay_hidden(self):
+        suites = export_student.hidden_suites(ROOT)
+        self.assertIn("HiddenHalf", suites)  # the set is read, not empty
+        self.assertEqual(export_student.check_export(self.dest, suites), [])
+        with tempfile.TemporaryDirectory() as tmp:
+            d = Path(tmp)
+            (d / "labs" / "05_x" / "bench").mkdir(parents=True)
+            (d / "labs" / "05_x" / "bench" / "RESULTS.md").write_text("`HiddenHalf.Overflows` shows it.\n")
+            problems = export_student.check_export(d, suites)
+        self.assertTrue(any("names the hidden test suite HiddenHalf" in p for p in problems), problems)
+
     def test_rubrics_carry_the_hidden_points(self):
         import tomllib
         for hidden in sorted((ROOT / "grader" / "hidden").glob("[0-9][0-9]_*/rubric.toml")):
