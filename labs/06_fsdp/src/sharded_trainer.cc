@@ -81,7 +81,7 @@ ShardedTrainer::ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOpti
                   "is " + std::to_string(options_.prefetch) + "; it must be >= 0");
   DTL_REQUIRE_ARG(pd == nn::DType::kF32 || ((pd == nn::DType::kBF16 || pd == nn::DType::kF16) && fsdp), fn,
                   "options.param_dtype",
-                  std::string("is ") + nn::to_string(pd) + "; " +
+                  std::string("is ") + dtype_name(pd) + "; " +
                       (fsdp ? "FSDP gathers f32, bf16 or f16" : "ZeRO-1/2 keep f32 parameters (16-bit gathers are FSDP's)"));
   DTL_REQUIRE_ARG(std::isfinite(options_.loss_scale) && options_.loss_scale > 0.0f, fn, "options.loss_scale",
                   "is " + std::to_string(options_.loss_scale) + "; it must be finite and > 0");

@@ -163,7 +163,7 @@ TEST(Offload, DevicePeakIsTheScheduleClosedFormAtEveryPrefetch) {
         lab06::ShardedTrainer trainer(*backend, model, o);
         device.reset_peak();
         host.reset_peak();
-        const std::string what = std::string("offload ") + model_name(kind) + ", " + nn::to_string(pd) +
+        const std::string what = std::string("offload ") + model_name(kind) + ", " + dtype_name(pd) +
                                  " gathers, prefetch " + std::to_string(k) + ", W = " + std::to_string(size) +
                                  " (S = " + std::to_string(shard) + ")";
         for (int step = 0; step < 2; ++step) {
@@ -221,7 +221,7 @@ TEST(Offload, CollectivesNeverTouchHostMemoryAndCopiesAreTheClosedForm) {
     lab06::ShardedOptions o = offload_options(OptKind::kAdamW, 1, layouts);
     o.param_dtype = pd;
     lab06::ShardedTrainer trainer(recording, model, o);
-    const std::string what = std::string("offload, ") + nn::to_string(pd) + " gathers, GPT at W = " +
+    const std::string what = std::string("offload, ") + dtype_name(pd) + " gathers, GPT at W = " +
                              std::to_string(comm().size()) + " (S = " + std::to_string(shard) + ")";
     std::vector<nn::Tensor> host_tensors;
     for (int u = 0; u < trainer.unit_count(); ++u) {
