@@ -27,7 +27,7 @@ BEGIN = re.compile(r"^\s*// BEGIN SOLUTION")
 
 # What a recipe looks like. Each pattern names why it is flagged.
 RECIPE = {
-    "a loop": re.compile(r"\bfor\s*\(|\bfor\s+(?:each\s+)?\w+\s*(?:=|in\b|from\b|<)|\bwhile\s*\(", re.I),
+    "a loop": re.compile(r"\bfor\s*\((?:int|auto|std::size_t|size_t|[^)]*;)|\bfor\s+(?:each\s+)?\w+\s*(?:=|in\b|from\b|<)|\bwhile\s*\(", re.I),
     "min/max": re.compile(r"\b(?:std::)?(?:min|max)\s*\("),
     "an assignment with arithmetic": re.compile(r"(?<![<>!=])\b[A-Za-z_]\w*(?:\[[^\]]*\])?\s*(?:=|\+=|-=)\s*(?!=)"
                                                 r"[^,;:]*?\w\s*[-+*/%]\s*[\w(]"),
@@ -99,12 +99,14 @@ class TestContracts(unittest.TestCase):
         self.assertIn("min/max", recipe_marks("Warm-up: w = min(P - s - 1, m) forwards F0 .. F(w-1)"))
         self.assertIn("an assignment with arithmetic", recipe_marks("w = P - s - 1 forwards"))
         self.assertIn("a loop", recipe_marks("for step = 0 .. P-2: send chunk (rank - step) mod P"))
+        self.assertIn("a loop", recipe_marks("for (int k = 0; k < m; ++k) forward k"))
         self.assertIn("modular index arithmetic", recipe_marks("send chunk (rank - step) % P to the right"))
         self.assertIn("numbered steps", recipe_marks("1. reduce-scatter, then 2. all-gather"))
         self.assertIn("bit arithmetic", recipe_marks("the partner is rank ^ mask"))
         for contract in ("Fill `out` (count elements) with the sum over ranks; throw std::invalid_argument "
                          "if count < 0 (handout (b)).",
                          "Every rank of comm calls this, in the same order. See Note [Ring order].",
+                         "Return RingStep{send_chunk, recv_chunk, reduce} for (rank, P, step).",
                          "Returns the schedule for stage s of P with m micro-batches: each micro-batch's "
                          "forward before its backward, no two messages on one tag."):
             self.assertEqual(recipe_marks(contract), [], contract)
