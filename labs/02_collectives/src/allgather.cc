@@ -54,12 +54,9 @@ void allgather_ring(MPI_Comm comm, std::span<const T> send_buf, std::span<T> rec
   const int count = static_cast<int>(block);
 
   // TODO(student): On return recv_buf holds every rank's send_buf, block k (count elements) from rank k,
-  //   on every
-  //   rank. A ring: each rank talks only to its two neighbours, exactly P - 1 messages of one
-  //   block
-  //   each, all on `tag`, no wildcards, no vendor collective, no deadlock at any size
-  //   (handout Task D,
-  //   sections (d), (e)).
+  //   on every rank. A ring: each rank talks only to its two neighbours, exactly P - 1
+  //   messages of one block each, all on `tag`, no wildcards, no vendor collective, no
+  //   deadlock at any size (handout Task D, sections (d), (e)).
   throw dtl::NotImplemented("allgather_ring");
 }
 
@@ -77,10 +74,8 @@ void allgather_recursive_doubling(MPI_Comm comm, std::span<const T> send_buf, st
   const std::size_t block = send_buf.size();
 
   // TODO(student): Same result as allgather_ring (block k of recv_buf from rank k), in exactly log2 P
-  //   messages per
-  //   rank and (P - 1) count elements received in all, all on `tag` (handout Task D). P is a
-  //   power of
-  //   two here (checked above).
+  //   messages per rank and (P - 1) count elements received in all, all on `tag` (handout
+  //   Task D). P is a power of two here (checked above).
   throw dtl::NotImplemented("allgather_recursive_doubling");
 }
 

@@ -55,10 +55,9 @@ void alltoall_pairwise(MPI_Comm comm, std::span<const T> send_buf, std::span<T> 
   const int count = static_cast<int>(block);
 
   // TODO(student): On return block s of recv_buf on rank r holds block r of rank s's send_buf (blocks of
-  //   `block`
-  //   elements, rank order, no rotation). Exactly P - 1 messages sent and P - 1 received per
-  //   rank,
-  //   nothing sent to yourself, all on `tag`, deadlock-free at any size (handout Task E).
+  //   `block` elements, rank order, no rotation). Exactly P - 1 messages sent and P - 1
+  //   received per rank, nothing sent to yourself, all on `tag`, deadlock-free at any size
+  //   (handout Task E).
   throw dtl::NotImplemented("alltoall_pairwise");
 }
 

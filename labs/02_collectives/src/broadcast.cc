@@ -63,12 +63,9 @@ void broadcast_binomial(MPI_Comm comm, std::span<T> buf, int root, int tag) {
   const MPI_Datatype type = mpi_datatype<T>();
 
   // TODO(student): On return every rank's buf equals the root's. The binomial tree of section (a), for any
-  //   root:
-  //   non-roots receive exactly once, the root receives nothing and sends exactly L =
-  //   ceil(log2 P)
-  //   messages, nobody sends more than L, P - 1 messages in all, each of the whole buffer,
-  //   all on
-  //   `tag` (handout Task A, section (e)).
+  //   root: non-roots receive exactly once, the root receives nothing and sends exactly L =
+  //   ceil(log2 P) messages, nobody sends more than L, P - 1 messages in all, each of the
+  //   whole buffer, all on `tag` (handout Task A, section (e)).
   throw dtl::NotImplemented("broadcast_binomial");
 }
 
@@ -82,13 +79,10 @@ void broadcast_scatter_allgather(MPI_Comm comm, std::span<T> buf, int root, int 
   const MPI_Datatype type = mpi_datatype<T>();
 
   // TODO(student): Same result as broadcast_binomial, by section (c): the root's buffer cut into the P
-  //   chunks of
-  //   section (d) (some may be short or empty), scattered down the tree, then completed
-  //   around the
-  //   ring. At most L + P - 1 messages per rank; the root sends at most 2 (n - floor(n / P))
-  //   elements'
-  //   worth of bytes. Both ends of every message agree on it, even at 0 elements (handout
-  //   Task A).
+  //   chunks of section (d) (some may be short or empty), scattered down the tree, then
+  //   completed around the ring. At most L + P - 1 messages per rank; the root sends at most
+  //   2 (n - floor(n / P)) elements' worth of bytes. Both ends of every message agree on it,
+  //   even at 0 elements (handout Task A).
   throw dtl::NotImplemented("broadcast_scatter_allgather");
 }
 
@@ -99,8 +93,7 @@ void broadcast(MPI_Comm comm, std::span<T> buf, int root, int tag, std::size_t s
   require_tag("broadcast", tag);
 
   // TODO(student): Choose between the two broadcasts above by size and rank count, as handout Task A and
-  //   section
-  //   (c) say (the tree with 1 or 2 ranks); every rank must make the same choice.
+  //   section (c) say (the tree with 1 or 2 ranks); every rank must make the same choice.
   throw dtl::NotImplemented("broadcast");
 }
 

@@ -40,8 +40,7 @@
 namespace dtl::lab02 {
 
 // TODO(student): A helper (file scope) that combines `in` into `acc` element by element with `op` (sum,
-//   max or min)
-//   for every Element type; reduce() below uses it (handout Task C).
+//   max or min) for every Element type; reduce() below uses it (handout Task C).
 
 template <Element T>
 void reduce(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, ReduceOp op, int root, int tag) {
@@ -57,13 +56,10 @@ void reduce(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, R
   const MPI_Datatype type = mpi_datatype<T>();
 
   // TODO(student): On the root recv_buf ends as the element-wise `op` of every rank's send_buf; send_buf
-  //   is never
-  //   written, and recv_buf is not touched on other ranks. The binomial gather tree for any
-  //   root:
-  //   non-roots send exactly one message of the whole vector, the root sends none and
-  //   receives exactly
-  //   L, nobody receives more than L, all on `tag` (handout Task C, section (e)). With one
-  //   rank: a copy.
+  //   is never written, and recv_buf is not touched on other ranks. The binomial gather tree
+  //   for any root: non-roots send exactly one message of the whole vector, the root sends
+  //   none and receives exactly L, nobody receives more than L, all on `tag` (handout Task C,
+  //   section (e)). With one rank: a copy.
   throw dtl::NotImplemented("reduce");
 }
 

@@ -61,12 +61,9 @@ void scatter(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, 
   const std::size_t block = recv_buf.size();
 
   // TODO(student): On return rank r's recv_buf holds block r (count elements) of the root's send_buf. Over
-  //   the
-  //   binomial tree: non-roots receive exactly once; the root sends exactly L messages
-  //   carrying (P - 1)
-  //   count elements in all, nobody more than L; all on `tag`. send_buf is read on the root
-  //   only
-  //   (elsewhere it may be empty) (handout Task B, sections (a), (d)).
+  //   the binomial tree: non-roots receive exactly once; the root sends exactly L messages
+  //   carrying (P - 1) count elements in all, nobody more than L; all on `tag`. send_buf is
+  //   read on the root only (elsewhere it may be empty) (handout Task B, sections (a), (d)).
   throw dtl::NotImplemented("scatter");
 }
 
@@ -86,12 +83,9 @@ void gather(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, i
   const std::size_t block = send_buf.size();
 
   // TODO(student): On return block r of the root's recv_buf holds rank r's send_buf (rank order, for any
-  //   root).
-  //   Over the binomial tree: non-roots send exactly once, the root receives exactly L
-  //   messages and
-  //   nobody more than L; all on `tag`. recv_buf is written on the root only (elsewhere it
-  //   may be
-  //   empty) (handout Task B, section (d)).
+  //   root). Over the binomial tree: non-roots send exactly once, the root receives exactly L
+  //   messages and nobody more than L; all on `tag`. recv_buf is written on the root only
+  //   (elsewhere it may be empty) (handout Task B, section (d)).
   throw dtl::NotImplemented("gather");
 }
 

@@ -56,16 +56,12 @@ template <typename T>
 DTL_HOST_DEVICE inline void reduce_copy_thread(const ReduceCopyArgs<T>& args, std::size_t thread,
                                                std::size_t num_threads) {
   // TODO(student): Thread `thread` of `num_threads` does its share so that, over all threads, every
-  //   element of
-  //   [0, count) is done exactly once and nothing outside it is written: dst[i] (and dst2[i]
-  //   when not
-  //   null) = a[i] + b[i], added in fp32 and rounded once to T (to_float, from_float<T>), or
-  //   a[i] when
-  //   b is null; same result as reduce_copy_one() for every i. Must be correct for any
-  //   pointers
-  //   (offsets differ, counts 0 .. millions) and use 16-byte loads and stores (Pack<T>,
-  //   load_pack,
-  //   store_pack) wherever the alignment allows (handout part 2, D).
+  //   element of [0, count) is done exactly once and nothing outside it is written: dst[i]
+  //   (and dst2[i] when not null) = a[i] + b[i], added in fp32 and rounded once to T
+  //   (to_float, from_float<T>), or a[i] when b is null; same result as reduce_copy_one() for
+  //   every i. Must be correct for any pointers (offsets differ, counts 0 .. millions) and
+  //   use 16-byte loads and stores (Pack<T>, load_pack, store_pack) wherever the alignment
+  //   allows (handout part 2, D).
 }
 
 }  // namespace dtl::lab03::detail

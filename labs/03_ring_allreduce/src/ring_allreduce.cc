@@ -57,12 +57,10 @@ void reduce_scatter_ring(MPI_Comm comm, std::span<T> buf, ReduceOp op, int tag) 
   const int left = (rank - 1 + size) % size;
 
   // TODO(student): On return chunk `rank` of buf (chunk layout: chunk_begin/chunk_count) holds the sum
-  //   over all ranks
-  //   (the average for ReduceOp::kAvg, divided once, section (d)); the other chunks hold
-  //   partial sums.
-  //   Follow ring_step()'s schedule, steps 0 .. P-2: exactly one message per step, even of 0
-  //   elements,
-  //   to `right`, from `left`, on `tag`; deadlock-free at any count (handout Task B).
+  //   over all ranks (the average for ReduceOp::kAvg, divided once, section (d)); the other
+  //   chunks hold partial sums. Follow ring_step()'s schedule, steps 0 .. P-2: exactly one
+  //   message per step, even of 0 elements, to `right`, from `left`, on `tag`; deadlock-free
+  //   at any count (handout Task B).
   throw dtl::NotImplemented("reduce_scatter_ring");
 }
 
@@ -77,10 +75,8 @@ void allgather_ring(MPI_Comm comm, std::span<T> buf, int tag) {
   const int left = (rank - 1 + size) % size;
 
   // TODO(student): Given chunk r complete on rank r (as reduce_scatter_ring leaves it), on return every
-  //   rank's buf
-  //   holds every complete chunk. Follow ring_step()'s allgather steps: one message per step,
-  //   on `tag`,
-  //   to `right`, from `left` (handout Task B).
+  //   rank's buf holds every complete chunk. Follow ring_step()'s allgather steps: one
+  //   message per step, on `tag`, to `right`, from `left` (handout Task B).
   throw dtl::NotImplemented("allgather_ring");
 }
 
@@ -90,8 +86,7 @@ void allreduce_ring(MPI_Comm comm, std::span<T> buf, ReduceOp op, int tag) {
   require_op("allreduce_ring", op, {ReduceOp::kSum, ReduceOp::kAvg});
   to_mpi_count(buf.size(), "allreduce_ring", "buf");
   // TODO(student): On return every rank's buf holds the sum (or average) over all ranks, from the two
-  //   functions above
-  //   (handout Task B).
+  //   functions above (handout Task B).
   throw dtl::NotImplemented("allreduce_ring");
 }
 

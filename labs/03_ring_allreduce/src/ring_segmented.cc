@@ -66,15 +66,11 @@ void allreduce_ring_segmented(MPI_Comm comm, std::span<T> buf, ReduceOp op, int 
   const int steps = 2 * (size - 1);
 
   // TODO(student): Same result as allreduce_ring (sum or average) with the same schedule (ring_step()),
-  //   but each
-  //   chunk that moves travels as segments_of(chunk size, segment_elements) messages of at
-  //   most
-  //   segment_elements elements, so that receiving, adding and sending overlap (section (e)
-  //   and the
-  //   header of this file). MPI_Isend/MPI_Irecv/MPI_Wait(all) only, every message on `tag`,
-  //   no
-  //   buffer touched while a pending request uses it, nothing pending on return (handout Task
-  //   C).
+  //   but each chunk that moves travels as segments_of(chunk size, segment_elements) messages
+  //   of at most segment_elements elements, so that receiving, adding and sending overlap
+  //   (section (e) and the header of this file). MPI_Isend/MPI_Irecv/MPI_Wait(all) only,
+  //   every message on `tag`, no buffer touched while a pending request uses it, nothing
+  //   pending on return (handout Task C).
   throw dtl::NotImplemented("allreduce_ring_segmented");
 }
 

@@ -36,12 +36,10 @@ void run_virtual_ring(const char* function, std::span<T* const> bufs, std::size_
   std::vector<ReduceCopyArgs<T>> jobs;
   jobs.reserve(bufs.size());
   // TODO(student): Run the whole ring allreduce over the P virtual ranks' buffers: one launch_step() per
-  //   step that
-  //   is not skipped, with every virtual rank's job of that step (ring_job(), ring_job_args()
-  //   with its
-  //   own, its left and its right neighbour's buffer); no job for an empty chunk or a skipped
-  //   step.
-  //   On return every buffer holds the sum (handout part 2, F).
+  //   step that is not skipped, with every virtual rank's job of that step (ring_job(),
+  //   ring_job_args() with its own, its left and its right neighbour's buffer); no job for an
+  //   empty chunk or a skipped step. On return every buffer holds the sum (handout part 2,
+  //   F).
   throw dtl::NotImplemented("virtual_ring_allreduce");
 }
 

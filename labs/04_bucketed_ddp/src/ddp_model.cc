@@ -44,15 +44,11 @@ void check_model_agreement(Communicator& comm, const nn::Model& model) {
   const std::vector<nn::Parameter*> params = model.parameters();
   const int size = comm.world_size();
   // TODO(student): Return when every rank holds the same parameter count and, for each i, the same name
-  //   and numel;
-  //   otherwise throw dtl::InvalidArgument on EVERY rank, naming the first rank that differs
-  //   from rank 0
-  //   and the first differing parameter (index, this rank's name, the element counts) or the
-  //   two counts.
-  //   Every collective here must have a size every rank knows before it starts, so that a
-  //   mismatch can
-  //   never hang (Note [A check that cannot hang] above; handout Task A). hash_name() is
-  //   given.
+  //   and numel; otherwise throw dtl::InvalidArgument on EVERY rank, naming the first rank
+  //   that differs from rank 0 and the first differing parameter (index, this rank's name,
+  //   the element counts) or the two counts. Every collective here must have a size every
+  //   rank knows before it starts, so that a mismatch can never hang (Note [A check that
+  //   cannot hang] above; handout Task A). hash_name() is given.
   throw dtl::NotImplemented("check_model_agreement");
 }
 
@@ -62,12 +58,9 @@ void broadcast_parameters(Communicator& comm, nn::Model& model, int root) {
                           std::to_string(comm.world_size()));
   }
   // TODO(student): On return every rank's parameter values equal rank `root`'s, bit for bit; the models
-  //   are checked
-  //   to agree first (check_model_agreement()). A flattened model
-  //   (model.flat_values().defined()) is one
-  //   buffer; the broadcasts may all be in flight at once, and all have finished on return
-  //   (handout Task
-  //   A).
+  //   are checked to agree first (check_model_agreement()). A flattened model
+  //   (model.flat_values().defined()) is one buffer; the broadcasts may all be in flight at
+  //   once, and all have finished on return (handout Task A).
   throw dtl::NotImplemented("broadcast_parameters");
 }
 

@@ -113,12 +113,9 @@ Reducer::Reducer(Communicator& comm, nn::Model& model, ReducerOptions options)
   }
   bucket_of_.assign(params_.size(), -1);
   // TODO(student): Fill buckets_ (one Bucket per group of `groups`, in order, with its parameters, its
-  //   offset into
-  //   the flat gradient buffer and its element count) and bucket_of_ (the bucket of every
-  //   parameter
-  //   index). A bucket must be one contiguous view of the flat buffer; throw dtl::Error if it
-  //   is not
-  //   (handout Task C, section (b)).
+  //   offset into the flat gradient buffer and its element count) and bucket_of_ (the bucket
+  //   of every parameter index). A bucket must be one contiguous view of the flat buffer;
+  //   throw dtl::Error if it is not (handout Task C, section (b)).
   throw dtl::NotImplemented("Reducer::Reducer");
   reset_step();
   model_.hooks().grad_ready = [this](nn::Parameter& p) { on_grad_ready(p); };
@@ -147,23 +144,17 @@ void Reducer::on_grad_ready(nn::Parameter& param) {
   }
   const auto i = static_cast<std::size_t>(found->second);
   // TODO(student): Called by autograd once parameter i's gradient is final. A second call for the same
-  //   parameter in one step
-  //   throws dtl::Error naming the parameter and its bucket (a second backward without
-  //   finish(): point
-  //   at no_sync()). Track how many of its bucket's gradients are still missing; in
-  //   overlapped mode a
-  //   bucket's allreduce must start as soon as it can without breaking Note [Issue in bucket
-  //   order]
-  //   (handout Task C).
+  //   parameter in one step throws dtl::Error naming the parameter and its bucket (a second
+  //   backward without finish(): point at no_sync()). Track how many of its bucket's
+  //   gradients are still missing; in overlapped mode a bucket's allreduce must start as soon
+  //   as it can without breaking Note [Issue in bucket order] (handout Task C).
   throw dtl::NotImplemented("Reducer::on_grad_ready");
 }
 
 void Reducer::launch_ready_buckets() {
   // TODO(student): Issue every bucket that may be issued now: complete, and every lower-numbered bucket
-  //   already
-  //   issued (Note [Issue in bucket order]). Every rank therefore issues the same buckets in
-  //   the same
-  //   order.
+  //   already issued (Note [Issue in bucket order]). Every rank therefore issues the same
+  //   buckets in the same order.
   throw dtl::NotImplemented("Reducer::launch_ready_buckets");
 }
 
@@ -172,10 +163,8 @@ void Reducer::launch(std::size_t bucket) {
   if (bucket == 0) stats_ = StepStats{};
   ++stats_.allreduces;
   // TODO(student): Start the bucket's asynchronous averaging allreduce (ReduceOp::kAvg, f32) in place on
-  //   its view of
-  //   the flat gradient buffer, keep its Work in work_[bucket], and record
-  //   stats_.first_issue_seconds
-  //   when bucket 0 is issued (Note [Averaging]; handout Task C).
+  //   its view of the flat gradient buffer, keep its Work in work_[bucket], and record
+  //   stats_.first_issue_seconds when bucket 0 is issued (Note [Averaging]; handout Task C).
   throw dtl::NotImplemented("Reducer::launch");
 }
 
@@ -186,13 +175,10 @@ void Reducer::finish() {
   }
   const double wait_begin = clock_seconds();
   // TODO(student): On return every gradient holds the average over ranks and the reducer is ready for the
-  //   next step
-  //   (reset_step()), with record_stats(wait_begin, now) done. Naive and bucketed modes issue
-  //   their
-  //   buckets here. Never wait for a bucket that was not issued: if a parameter never got its
-  //   gradient,
-  //   reset_step() and throw dtl::Error naming the first such parameter and its bucket
-  //   (handout Task C).
+  //   next step (reset_step()), with record_stats(wait_begin, now) done. Naive and bucketed
+  //   modes issue their buckets here. Never wait for a bucket that was not issued: if a
+  //   parameter never got its gradient, reset_step() and throw dtl::Error naming the first
+  //   such parameter and its bucket (handout Task C).
   throw dtl::NotImplemented("Reducer::finish");
 }
 
@@ -234,11 +220,9 @@ Reducer::NoSync::~NoSync() {
 
 Reducer::NoSync Reducer::no_sync() {
   // TODO(student): Return a NoSync scope during which on_grad_ready() does nothing, so gradients
-  //   accumulate locally
-  //   (its destructor ends it). Throw dtl::Error if a gradient was already marked ready this
-  //   step (a
-  //   scope starts between steps) or if a scope is already open (scopes do not nest) (handout
-  //   Task C).
+  //   accumulate locally (its destructor ends it). Throw dtl::Error if a gradient was already
+  //   marked ready this step (a scope starts between steps) or if a scope is already open
+  //   (scopes do not nest) (handout Task C).
   throw dtl::NotImplemented("Reducer::no_sync");
 }
 

@@ -32,10 +32,10 @@ void ring_shift(MPI_Comm comm, std::span<const std::byte> send_buf, std::span<st
   const auto [rank, size] = rank_and_size(comm);
 
   // BEGIN SOLUTION(ring_shift)
-  // | Every rank's send_buf arrives in the recv_buf of the next rank around the ring (rank P-1's at
-  // | rank 0; with one rank, at itself), as exactly one message on `tag`, received from that named
-  // | source. Must complete at every size and rank count, above the eager limit too (handout Task
-  // | B, section (b)).
+  // | Every rank's send_buf arrives in the recv_buf of the next rank around the ring (rank
+  // | P-1's at rank 0; with one rank, at itself), as exactly one message on `tag`, received
+  // | from that named source. Must complete at every size and rank count, above the eager
+  // | limit too (handout Task B, section (b)).
   const int right = (rank + 1) % size;
   const int left = (rank - 1 + size) % size;
   // One call, both directions: MPI progresses the send and the receive together,

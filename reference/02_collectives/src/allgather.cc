@@ -55,12 +55,9 @@ void allgather_ring(MPI_Comm comm, std::span<const T> send_buf, std::span<T> rec
 
   // BEGIN SOLUTION(allgather_ring)
   // | On return recv_buf holds every rank's send_buf, block k (count elements) from rank k,
-  // | on every
-  // | rank. A ring: each rank talks only to its two neighbours, exactly P - 1 messages of one
-  // | block
-  // | each, all on `tag`, no wildcards, no vendor collective, no deadlock at any size
-  // | (handout Task D,
-  // | sections (d), (e)).
+  // | on every rank. A ring: each rank talks only to its two neighbours, exactly P - 1
+  // | messages of one block each, all on `tag`, no wildcards, no vendor collective, no
+  // | deadlock at any size (handout Task D, sections (d), (e)).
   std::copy(send_buf.begin(), send_buf.end(), recv_buf.begin() + static_cast<std::ptrdiff_t>(rank * block));
   const int right = (rank + 1) % size;
   const int left = (rank - 1 + size) % size;
@@ -89,10 +86,8 @@ void allgather_recursive_doubling(MPI_Comm comm, std::span<const T> send_buf, st
 
   // BEGIN SOLUTION(allgather_recursive_doubling)
   // | Same result as allgather_ring (block k of recv_buf from rank k), in exactly log2 P
-  // | messages per
-  // | rank and (P - 1) count elements received in all, all on `tag` (handout Task D). P is a
-  // | power of
-  // | two here (checked above).
+  // | messages per rank and (P - 1) count elements received in all, all on `tag` (handout
+  // | Task D). P is a power of two here (checked above).
   std::copy(send_buf.begin(), send_buf.end(), recv_buf.begin() + static_cast<std::ptrdiff_t>(rank * block));
   for (int mask = 1; mask < size; mask <<= 1) {
     const int partner = rank ^ mask;

@@ -56,10 +56,9 @@ void alltoall_pairwise(MPI_Comm comm, std::span<const T> send_buf, std::span<T> 
 
   // BEGIN SOLUTION(alltoall_pairwise)
   // | On return block s of recv_buf on rank r holds block r of rank s's send_buf (blocks of
-  // | `block`
-  // | elements, rank order, no rotation). Exactly P - 1 messages sent and P - 1 received per
-  // | rank,
-  // | nothing sent to yourself, all on `tag`, deadlock-free at any size (handout Task E).
+  // | `block` elements, rank order, no rotation). Exactly P - 1 messages sent and P - 1
+  // | received per rank, nothing sent to yourself, all on `tag`, deadlock-free at any size
+  // | (handout Task E).
   const auto own = static_cast<std::ptrdiff_t>(rank * block);
   std::copy_n(send_buf.begin() + own, block, recv_buf.begin() + own);
   for (int step = 1; step < size; ++step) {

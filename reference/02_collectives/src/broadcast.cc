@@ -64,12 +64,9 @@ void broadcast_binomial(MPI_Comm comm, std::span<T> buf, int root, int tag) {
 
   // BEGIN SOLUTION(broadcast_binomial)
   // | On return every rank's buf equals the root's. The binomial tree of section (a), for any
-  // | root:
-  // | non-roots receive exactly once, the root receives nothing and sends exactly L =
-  // | ceil(log2 P)
-  // | messages, nobody sends more than L, P - 1 messages in all, each of the whole buffer,
-  // | all on
-  // | `tag` (handout Task A, section (e)).
+  // | root: non-roots receive exactly once, the root receives nothing and sends exactly L =
+  // | ceil(log2 P) messages, nobody sends more than L, P - 1 messages in all, each of the
+  // | whole buffer, all on `tag` (handout Task A, section (e)).
   const int vrank = (rank - root + size) % size;
   int mask = 1;
   while (mask < size) {
@@ -101,13 +98,10 @@ void broadcast_scatter_allgather(MPI_Comm comm, std::span<T> buf, int root, int 
 
   // BEGIN SOLUTION(broadcast_scatter_allgather)
   // | Same result as broadcast_binomial, by section (c): the root's buffer cut into the P
-  // | chunks of
-  // | section (d) (some may be short or empty), scattered down the tree, then completed
-  // | around the
-  // | ring. At most L + P - 1 messages per rank; the root sends at most 2 (n - floor(n / P))
-  // | elements'
-  // | worth of bytes. Both ends of every message agree on it, even at 0 elements (handout
-  // | Task A).
+  // | chunks of section (d) (some may be short or empty), scattered down the tree, then
+  // | completed around the ring. At most L + P - 1 messages per rank; the root sends at most
+  // | 2 (n - floor(n / P)) elements' worth of bytes. Both ends of every message agree on it,
+  // | even at 0 elements (handout Task A).
   const int vrank = (rank - root + size) % size;
   const std::size_t n = buf.size();
   const std::size_t chunk = (n + size - 1) / size;
@@ -161,8 +155,7 @@ void broadcast(MPI_Comm comm, std::span<T> buf, int root, int tag, std::size_t s
 
   // BEGIN SOLUTION(broadcast)
   // | Choose between the two broadcasts above by size and rank count, as handout Task A and
-  // | section
-  // | (c) say (the tree with 1 or 2 ranks); every rank must make the same choice.
+  // | section (c) say (the tree with 1 or 2 ranks); every rank must make the same choice.
   if (size >= 3 && buf.size_bytes() >= switch_bytes) {
     broadcast_scatter_allgather(comm, buf, root, tag);
   } else {

@@ -41,8 +41,7 @@ namespace dtl::lab02 {
 
 // BEGIN SOLUTION
 // | A helper (file scope) that combines `in` into `acc` element by element with `op` (sum,
-// | max or min)
-// | for every Element type; reduce() below uses it (handout Task C).
+// | max or min) for every Element type; reduce() below uses it (handout Task C).
 namespace {
 
 template <Element T>
@@ -80,13 +79,10 @@ void reduce(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, R
 
   // BEGIN SOLUTION(reduce)
   // | On the root recv_buf ends as the element-wise `op` of every rank's send_buf; send_buf
-  // | is never
-  // | written, and recv_buf is not touched on other ranks. The binomial gather tree for any
-  // | root:
-  // | non-roots send exactly one message of the whole vector, the root sends none and
-  // | receives exactly
-  // | L, nobody receives more than L, all on `tag` (handout Task C, section (e)). With one
-  // | rank: a copy.
+  // | is never written, and recv_buf is not touched on other ranks. The binomial gather tree
+  // | for any root: non-roots send exactly one message of the whole vector, the root sends
+  // | none and receives exactly L, nobody receives more than L, all on `tag` (handout Task C,
+  // | section (e)). With one rank: a copy.
   const int vrank = (rank - root + size) % size;
   // The partial result: on the root recv_buf, elsewhere a buffer of our own. It is
   // filled by the first child's message, received straight into it, and then

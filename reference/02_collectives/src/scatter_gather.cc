@@ -62,12 +62,9 @@ void scatter(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, 
 
   // BEGIN SOLUTION(scatter)
   // | On return rank r's recv_buf holds block r (count elements) of the root's send_buf. Over
-  // | the
-  // | binomial tree: non-roots receive exactly once; the root sends exactly L messages
-  // | carrying (P - 1)
-  // | count elements in all, nobody more than L; all on `tag`. send_buf is read on the root
-  // | only
-  // | (elsewhere it may be empty) (handout Task B, sections (a), (d)).
+  // | the binomial tree: non-roots receive exactly once; the root sends exactly L messages
+  // | carrying (P - 1) count elements in all, nobody more than L; all on `tag`. send_buf is
+  // | read on the root only (elsewhere it may be empty) (handout Task B, sections (a), (d)).
   const int vrank = (rank - root + size) % size;
   std::vector<T> staging;   // the subtree's blocks, when they are not in send_buf or recv_buf
   std::span<const T> held;  // blocks of vranks [vrank, vrank + subtree), in vrank order
@@ -127,12 +124,9 @@ void gather(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, i
 
   // BEGIN SOLUTION(gather)
   // | On return block r of the root's recv_buf holds rank r's send_buf (rank order, for any
-  // | root).
-  // | Over the binomial tree: non-roots send exactly once, the root receives exactly L
-  // | messages and
-  // | nobody more than L; all on `tag`. recv_buf is written on the root only (elsewhere it
-  // | may be
-  // | empty) (handout Task B, section (d)).
+  // | root). Over the binomial tree: non-roots send exactly once, the root receives exactly L
+  // | messages and nobody more than L; all on `tag`. recv_buf is written on the root only
+  // | (elsewhere it may be empty) (handout Task B, section (d)).
   const int vrank = (rank - root + size) % size;
   int lowest_bit = 1;
   while (lowest_bit < size && !(vrank & lowest_bit)) lowest_bit <<= 1;

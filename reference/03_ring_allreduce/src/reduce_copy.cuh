@@ -57,16 +57,12 @@ DTL_HOST_DEVICE inline void reduce_copy_thread(const ReduceCopyArgs<T>& args, st
                                                std::size_t num_threads) {
   // BEGIN SOLUTION
   // | Thread `thread` of `num_threads` does its share so that, over all threads, every
-  // | element of
-  // | [0, count) is done exactly once and nothing outside it is written: dst[i] (and dst2[i]
-  // | when not
-  // | null) = a[i] + b[i], added in fp32 and rounded once to T (to_float, from_float<T>), or
-  // | a[i] when
-  // | b is null; same result as reduce_copy_one() for every i. Must be correct for any
-  // | pointers
-  // | (offsets differ, counts 0 .. millions) and use 16-byte loads and stores (Pack<T>,
-  // | load_pack,
-  // | store_pack) wherever the alignment allows (handout part 2, D).
+  // | element of [0, count) is done exactly once and nothing outside it is written: dst[i]
+  // | (and dst2[i] when not null) = a[i] + b[i], added in fp32 and rounded once to T
+  // | (to_float, from_float<T>), or a[i] when b is null; same result as reduce_copy_one() for
+  // | every i. Must be correct for any pointers (offsets differ, counts 0 .. millions) and
+  // | use 16-byte loads and stores (Pack<T>, load_pack, store_pack) wherever the alignment
+  // | allows (handout part 2, D).
   constexpr std::size_t kVec = Pack<T>::kElements;
   const std::size_t count = args.count;
   const std::uintptr_t offset = offset_in_vector(args.dst);

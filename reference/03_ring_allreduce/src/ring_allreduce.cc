@@ -58,12 +58,10 @@ void reduce_scatter_ring(MPI_Comm comm, std::span<T> buf, ReduceOp op, int tag) 
 
   // BEGIN SOLUTION(reduce_scatter_ring)
   // | On return chunk `rank` of buf (chunk layout: chunk_begin/chunk_count) holds the sum
-  // | over all ranks
-  // | (the average for ReduceOp::kAvg, divided once, section (d)); the other chunks hold
-  // | partial sums.
-  // | Follow ring_step()'s schedule, steps 0 .. P-2: exactly one message per step, even of 0
-  // | elements,
-  // | to `right`, from `left`, on `tag`; deadlock-free at any count (handout Task B).
+  // | over all ranks (the average for ReduceOp::kAvg, divided once, section (d)); the other
+  // | chunks hold partial sums. Follow ring_step()'s schedule, steps 0 .. P-2: exactly one
+  // | message per step, even of 0 elements, to `right`, from `left`, on `tag`; deadlock-free
+  // | at any count (handout Task B).
   std::vector<T> scratch(chunk_count(buf.size(), size, 0));
   for (int step = 0; step < size - 1; ++step) {
     const RingStep s = ring_step(rank, size, step);
@@ -96,10 +94,8 @@ void allgather_ring(MPI_Comm comm, std::span<T> buf, int tag) {
 
   // BEGIN SOLUTION(allgather_ring)
   // | Given chunk r complete on rank r (as reduce_scatter_ring leaves it), on return every
-  // | rank's buf
-  // | holds every complete chunk. Follow ring_step()'s allgather steps: one message per step,
-  // | on `tag`,
-  // | to `right`, from `left` (handout Task B).
+  // | rank's buf holds every complete chunk. Follow ring_step()'s allgather steps: one
+  // | message per step, on `tag`, to `right`, from `left` (handout Task B).
   for (int step = size - 1; step < 2 * (size - 1); ++step) {
     const RingStep s = ring_step(rank, size, step);
     const std::span<T> out = chunk_span(buf, size, s.send_chunk);
@@ -118,8 +114,7 @@ void allreduce_ring(MPI_Comm comm, std::span<T> buf, ReduceOp op, int tag) {
   to_mpi_count(buf.size(), "allreduce_ring", "buf");
   // BEGIN SOLUTION(allreduce_ring)
   // | On return every rank's buf holds the sum (or average) over all ranks, from the two
-  // | functions above
-  // | (handout Task B).
+  // | functions above (handout Task B).
   reduce_scatter_ring<T>(comm, buf, op, tag);
   allgather_ring<T>(comm, buf, tag);
   // END SOLUTION

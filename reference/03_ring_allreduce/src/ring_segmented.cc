@@ -67,15 +67,11 @@ void allreduce_ring_segmented(MPI_Comm comm, std::span<T> buf, ReduceOp op, int 
 
   // BEGIN SOLUTION(allreduce_ring_segmented)
   // | Same result as allreduce_ring (sum or average) with the same schedule (ring_step()),
-  // | but each
-  // | chunk that moves travels as segments_of(chunk size, segment_elements) messages of at
-  // | most
-  // | segment_elements elements, so that receiving, adding and sending overlap (section (e)
-  // | and the
-  // | header of this file). MPI_Isend/MPI_Irecv/MPI_Wait(all) only, every message on `tag`,
-  // | no
-  // | buffer touched while a pending request uses it, nothing pending on return (handout Task
-  // | C).
+  // | but each chunk that moves travels as segments_of(chunk size, segment_elements) messages
+  // | of at most segment_elements elements, so that receiving, adding and sending overlap
+  // | (section (e) and the header of this file). MPI_Isend/MPI_Irecv/MPI_Wait(all) only,
+  // | every message on `tag`, no buffer touched while a pending request uses it, nothing
+  // | pending on return (handout Task C).
   // Segment k of the chunk that moves at step s: [begin, begin + count) of buf.
   struct Piece {
     std::size_t begin, count;

@@ -37,12 +37,10 @@ void run_virtual_ring(const char* function, std::span<T* const> bufs, std::size_
   jobs.reserve(bufs.size());
   // BEGIN SOLUTION(virtual_ring_allreduce)
   // | Run the whole ring allreduce over the P virtual ranks' buffers: one launch_step() per
-  // | step that
-  // | is not skipped, with every virtual rank's job of that step (ring_job(), ring_job_args()
-  // | with its
-  // | own, its left and its right neighbour's buffer); no job for an empty chunk or a skipped
-  // | step.
-  // | On return every buffer holds the sum (handout part 2, F).
+  // | step that is not skipped, with every virtual rank's job of that step (ring_job(),
+  // | ring_job_args() with its own, its left and its right neighbour's buffer); no job for an
+  // | empty chunk or a skipped step. On return every buffer holds the sum (handout part 2,
+  // | F).
   for (int step = 0; step < 2 * (world_size - 1); ++step) {
     jobs.clear();
     for (int rank = 0; rank < world_size; ++rank) {
