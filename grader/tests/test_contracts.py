@@ -152,6 +152,17 @@ class TestContracts(unittest.TestCase):
                 self.assertNotRegex(text, warm_up, f"reference/{rel}:{number}")
         for path in (ROOT / "labs" / "07_pipeline" / "src").glob("*"):
             self.assertNotRegex(path.read_text(), warm_up, path)
+        # Nor anywhere else a student reads it without opening a hint: the header, the
+        # deck, and the handout with every hint dropped (export-student --hints none).
+        sys.path.insert(0, str(ROOT / "grader"))
+        import export_student
+        handout = (ROOT / "labs" / "07_pipeline" / "README.md").read_text()
+        self.assertRegex(handout, warm_up, "the warm-up count should be in task B's hints")
+        texts = {"README.md --hints none": export_student.with_hints(handout, "none"),
+                 "lab07/pipeline.h": (ROOT / "labs" / "07_pipeline" / "include" / "lab07" / "pipeline.h").read_text(),
+                 "slides.md": (ROOT / "slides" / "07_pipeline" / "slides.md").read_text()}
+        for name, text in texts.items():
+            self.assertNotRegex(text.replace("−", "-"), warm_up, name)
 
 
 if __name__ == "__main__":
