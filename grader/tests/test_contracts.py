@@ -33,7 +33,7 @@ RECIPE = {
                                                 r"[^,;:]*?\w\s*[-+*/%]\s*[\w(]"),
     "modular index arithmetic": re.compile(r"[\w)]\s*%\s*[\w(]"),
     "bit arithmetic": re.compile(r"\w\s*(?:<<|>>|\^)\s*\w|\w\s*&\s*\(|\w\s*&\s*\d"),
-    "numbered steps": re.compile(r"^\s*(?:\(?\d+[.)]\s|step\s+\d+\b)|\b(?:first|second|third)\s*,", re.I),
+    "numbered steps": re.compile(r"^\s*(?:\(?\d{1,2}[.)]\s|step\s+\d+\b)|\(\d\)\s+\w|\b(?:first|second|third)\s*,", re.I),
     # Formulas that are sometimes the interface (a count the tracer checks, a layout the
     # header fixes): flagged all the same, so that each one kept is listed in ALLOWED.
     "a closed-form count": re.compile(r"\b(?:ceil|floor|log2)\b"),
@@ -135,6 +135,7 @@ class TestContracts(unittest.TestCase):
         self.assertIn("a loop", recipe_marks("for (int k = 0; k < m; ++k) forward k"))
         self.assertIn("modular index arithmetic", recipe_marks("send chunk (rank - step) % P to the right"))
         self.assertIn("numbered steps", recipe_marks("1. reduce-scatter, then 2. all-gather"))
+        self.assertIn("numbered steps", recipe_marks("contiguous range. (1) Binomial scatter, (2) ring allgather"))
         self.assertIn("bit arithmetic", recipe_marks("the partner is rank ^ mask"))
         for contract in ("Fill `out` (count elements) with the sum over ranks; throw std::invalid_argument "
                          "if count < 0 (handout (b)).",

@@ -44,9 +44,9 @@ RoundStats round_to_half(const nn::Tensor& dst, const nn::Tensor& src) {
   RoundStats stats;
   stats.count = src.numel();
   // TODO(student): Store every src value rounded to dst's dtype (f16, bf16, or f32 unchanged) into dst,
-  //   and fill stats: `nonzero` counts the finite non-zero inputs, `underflow` those of them
-  //   that round to zero, `overflow` the finite inputs that round to inf (RoundStats in the
-  //   header; handout Task B, section (b)).
+  //   and fill `stats` (returned below; count is set above): `nonzero` counts the finite
+  //   non-zero inputs, `underflow` those of them that round to zero, `overflow` the finite
+  //   inputs that round to inf (RoundStats in the header; handout Task B, section (b)).
   throw dtl::NotImplemented("round_to_half");
   return stats;
 }

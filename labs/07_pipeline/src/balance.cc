@@ -31,12 +31,12 @@ std::vector<double> measure_unit_costs(nn::Model& model, const nn::Tensor& x, co
   DTL_REQUIRE_ARG(repeats >= 1, "measure_unit_costs", "repeats", "must be at least 1, not " + std::to_string(repeats));
   const int units = model.unit_count();
   std::vector<double> costs(static_cast<std::size_t>(units), 0.0);
-  // TODO(student): Return, per unit, the median over `repeats` full steps (forward, the
-  //   SoftmaxCrossEntropy loss on targets, backward) of that unit's forward time plus its
-  //   backward time, measured with clock_seconds() from the model's hooks. On return, also
-  //   after an exception, the model's hooks are as they were and its gradients are zero
-  //   (handout Task A, Note [Balancing stages]; a unit that sleeps 10 ms forward and 20 ms
-  //   backward must measure 30 ms).
+  // TODO(student): Fill `costs` (returned below) with, per unit, the median over `repeats` full steps
+  //   (forward, the SoftmaxCrossEntropy loss on targets, backward) of that unit's forward
+  //   time plus its backward time, measured with clock_seconds() from the model's hooks. On
+  //   return, also after an exception, the model's hooks are as they were and its gradients
+  //   are zero (handout Task A, Note [Balancing stages]; a unit that sleeps 10 ms forward and
+  //   20 ms backward must measure 30 ms).
   throw dtl::NotImplemented("measure_unit_costs");
   return costs;
 }
@@ -53,10 +53,11 @@ std::vector<int> balance_stages(std::span<const double> costs, int stages) {
                         "; costs must be finite and >= 0");
   }
   std::vector<int> bounds(static_cast<std::size_t>(stages) + 1, 0);
-  // TODO(student): Return P + 1 bounds that cut the units into `stages` contiguous, non-empty stages whose
-  //   largest stage cost is the smallest possible (any optimal cut; the header's example must
-  //   come out; tests compare with brute force on random costs). Argument checks are written
-  //   above (handout Task A, Note [Balancing stages]).
+  // TODO(student): Fill `bounds` (P + 1 of them, returned below) so that they cut the units into `stages`
+  //   contiguous, non-empty stages whose largest stage cost is the smallest possible (any
+  //   optimal cut; the header's example must come out; tests compare with brute force on
+  //   random costs). Argument checks are written above (handout Task A, Note [Balancing
+  //   stages]).
   throw dtl::NotImplemented("balance_stages");
   return bounds;
 }

@@ -27,11 +27,11 @@ Grid make_grid(MPI_Comm world, int stages) {
                   "is " + std::to_string(stages) + "; it must be >= 1 and divide the " + std::to_string(size) +
                       " ranks (D pipelines of P stages)");
   Grid grid;
-  // TODO(student): Fill the Grid as lab07/pipeline.h defines it: `pipeline` holds the P ranks of this
-  //   rank's replica with rank == stage, `data` the D ranks that hold this stage with rank ==
-  //   replica, and stage, replica, stages, replicas set. Both Comms own their communicators
-  //   and nothing else is left allocated (Note [Pipeline x data parallel], handout Task E).
-  //   The argument checks are written above.
+  // TODO(student): Fill `grid` (returned below) as lab07/pipeline.h defines a Grid: `pipeline` holds the P
+  //   ranks of this rank's replica with rank == stage, `data` the D ranks that hold this
+  //   stage with rank == replica, and stage, replica, stages, replicas set. Both Comms own
+  //   their communicators and nothing else is left allocated (Note [Pipeline x data
+  //   parallel], handout Task E). The argument checks are written above.
   throw dtl::NotImplemented("make_grid");
   return grid;
 }

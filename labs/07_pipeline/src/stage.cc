@@ -227,9 +227,10 @@ double PipelineStage::train_step(const nn::Tensor& x, const nn::Tensor& targets,
   inputs_.assign(m, nn::Tensor());
   loss_grads_.assign(m, nn::Tensor());
   // TODO(student): Run the schedule's actions in order, forwards through forward() and backwards through
-  //   backward(), with every message's receive posted in time (post_receives()) and completed
-  //   sends freed as you go; when the step returns no send or receive is still in flight
-  //   (Note [Deadlock-free ordering], handout Task C).
+  //   backward() (which add the loss into step_loss_, returned below on the last stage), with
+  //   every message's receive posted in time (post_receives()) and completed sends freed as
+  //   you go; when the step returns no send or receive is still in flight (Note
+  //   [Deadlock-free ordering], handout Task C).
   throw dtl::NotImplemented("PipelineStage::train_step");
   return stage_ == stages_ - 1 ? step_loss_ : 0.0;
 }

@@ -108,12 +108,13 @@ double VocabParallelCrossEntropy::forward(const nn::Tensor& logits, const nn::Te
   detail::ensure(probs_, logits.shape(), logits.dtype());
   const std::size_t rows = static_cast<std::size_t>(n);
   double loss = 0.0;
-  // TODO(student): logits holds this rank's vocabulary columns z_r (N, V/T). Return, on every rank, the
-  //   mean over the N rows of the softmax cross-entropy of the FULL logits against targets,
-  //   without gathering the logits: exactly one all-gather of N f64 values per rank, then one
-  //   allreduce (kSum) of 2N values (VocabCrossEntropy.* checks the operations and sizes),
-  //   computed in double, finite for logits of 1000. Keep what backward() needs (Note
-  //   [Vocabulary parallel], handout Task C).
+  // TODO(student): logits holds this rank's vocabulary columns z_r (N, V/T). Add into `loss` the SUM over
+  //   the N rows (the line below divides by N) of the softmax cross-entropy of the FULL
+  //   logits against targets, without gathering the logits: exactly one all-gather of N f64
+  //   values per rank, then one allreduce (kSum) of 2N values (VocabCrossEntropy.* checks the
+  //   operations and sizes), computed in double, the same on every rank, finite for logits of
+  //   1000. Keep in probs_ (made above) what backward() needs (Note [Vocabulary parallel],
+  //   handout Task C).
   throw dtl::NotImplemented("VocabParallelCrossEntropy::forward");
   return n > 0 ? loss / static_cast<double>(n) : 0.0;
 }
@@ -122,9 +123,9 @@ const nn::Tensor& VocabParallelCrossEntropy::backward(double scale) {
   DTL_REQUIRE_ARG(probs_.defined() && targets_.defined(), "VocabParallelCrossEntropy::backward", "this",
                   "has no forward to go back through");
   detail::ensure(dlogits_, probs_.shape(), probs_.dtype());
-  // TODO(student): Return dL/dlogits for this rank's columns (N, V/T) for the loss scaled by `scale`,
-  //   equal to those columns of the full layer's gradient; no communication (Note [Vocabulary
-  //   parallel]).
+  // TODO(student): Fill dlogits_ (made above, returned below) with dL/dlogits for this rank's columns (N,
+  //   V/T) for the loss scaled by `scale`, equal to those columns of the full layer's
+  //   gradient; no communication (Note [Vocabulary parallel]).
   throw dtl::NotImplemented("VocabParallelCrossEntropy::backward");
   return dlogits_;
 }

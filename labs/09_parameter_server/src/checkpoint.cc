@@ -59,10 +59,11 @@ std::vector<std::byte> ParameterServer::checkpoint() const {
                   "has steps in flight; checkpoint between runs, when every step is applied");
   std::vector<std::byte> out;
   put(out, kMagic, sizeof kMagic);
-  // TODO(student): Append this server's whole state to `out` in exactly the layout at the top of this file
-  //   (after the magic, written above): the key range, W, the version, the consistency model,
-  //   every clock and lost flag, the values, and each key's momentum buffer if it has one.
-  //   restore() must read it back bit for bit (Note [Checkpoints], handout Task E).
+  // TODO(student): Append this server's whole state to `out` (returned below) in exactly the layout at the
+  //   top of this file (after the magic, written above): the key range, W, the version, the
+  //   consistency model, every clock and lost flag, the values, and each key's momentum
+  //   buffer if it has one. restore() must read it back bit for bit (Note [Checkpoints],
+  //   handout Task E).
   throw dtl::NotImplemented("ParameterServer::checkpoint");
   return out;
 }

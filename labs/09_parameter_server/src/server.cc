@@ -111,8 +111,9 @@ ServerReport ParameterServer::run() {
   // TODO(student): Serve until every worker is done or lost: receive every message from any worker and
   //   handle() it, and while no message is waiting complete finished sends, detect silent
   //   workers (find_lost_workers(MPI_Wtime())) and leave the cores to the workers (never
-  //   spin, never block in a receive). Before returning, wait (up to the timeout) for the
-  //   replies still in flight (Note [The protocol], Note [Silent workers], handout Task C).
+  //   spin, never block in a receive). Before leaving, give the replies still in flight up to
+  //   the timeout to complete (complete_sends()); the code below deals with any left (Note
+  //   [The protocol], Note [Silent workers], handout Task C).
   throw dtl::NotImplemented("ParameterServer::run");
   if (!send_requests_.empty()) {
     const std::size_t left = send_requests_.size();

@@ -67,10 +67,10 @@ std::vector<std::vector<int>> assign_buckets(std::span<const std::size_t> param_
   if (first_cap_bytes == 0) throw InvalidArgument("assign_buckets: first_cap_bytes must be > 0");
   std::vector<std::vector<int>> buckets;
   // BEGIN SOLUTION(assign_buckets)
-  // | Return the buckets exactly as the header's rules and worked example in lab04/ddp.h
-  // | define them (reverse parameter order, first cap then cap, a parameter above the cap
-  // | alone, a bucket that reaches its cap closed at once, zero-byte parameters in the
-  // | current bucket); empty input gives no buckets. The cap checks are written above
+  // | Fill `buckets` (returned below) exactly as the header's rules and worked example in
+  // | lab04/ddp.h define them (reverse parameter order, first cap then cap, a parameter above
+  // | the cap alone, a bucket that reaches its cap closed at once, zero-byte parameters in
+  // | the current bucket); empty input gives no buckets. The cap checks are written above
   // | (handout Task B, section (c)).
   std::vector<int> current;
   std::size_t current_bytes = 0;

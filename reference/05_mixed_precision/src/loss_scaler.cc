@@ -45,9 +45,9 @@ RoundStats round_to_half(const nn::Tensor& dst, const nn::Tensor& src) {
   stats.count = src.numel();
   // BEGIN SOLUTION(round_to_half)
   // | Store every src value rounded to dst's dtype (f16, bf16, or f32 unchanged) into dst,
-  // | and fill stats: `nonzero` counts the finite non-zero inputs, `underflow` those of them
-  // | that round to zero, `overflow` the finite inputs that round to inf (RoundStats in the
-  // | header; handout Task B, section (b)).
+  // | and fill `stats` (returned below; count is set above): `nonzero` counts the finite
+  // | non-zero inputs, `underflow` those of them that round to zero, `overflow` the finite
+  // | inputs that round to inf (RoundStats in the header; handout Task B, section (b)).
   const std::span<const float> in = src.span<float>();
   auto count = [&stats](float v, float rounded) {
     if (!std::isfinite(v)) return;

@@ -121,12 +121,12 @@ StepResult MixedPrecisionTrainer::step(const nn::Tensor& x, const nn::Tensor& ta
   const bool half = options_.precision != Precision::kF32;
   // BEGIN SOLUTION(MixedPrecisionTrainer::step)
   // | One step exactly as the class comment of MixedPrecisionTrainer lists it, filling every
-  // | field of the StepResult (the loss averaged over ranks in fp64; buckets of at most
-  // | bucket_cap_bytes). A step any rank found an inf in is skipped on every rank: weights
-  // | and AdamW state untouched, only the scaler updated. Master and working copy stay
-  // | bit-identical on all ranks. Reach tasks A and B only through round_grads(),
-  // | average_bucket() and scaler_ (see StepHooks): the grading tests put their own oracles
-  // | there (handout Task C).
+  // | field of `result` (returned below; scale is set above) (the loss averaged over ranks in
+  // | fp64; buckets of at most bucket_cap_bytes). A step any rank found an inf in is skipped
+  // | on every rank: weights and AdamW state untouched, only the scaler updated. Master and
+  // | working copy stay bit-identical on all ranks. Reach tasks A and B only through
+  // | round_grads(), average_bucket() and scaler_ (see StepHooks): the grading tests put
+  // | their own oracles there (handout Task C).
   model_.zero_grad();
   double loss = loss_.forward(model_.forward(x), targets);
   comm_.allreduce_blocking(std::span<double>(&loss, 1), ReduceOp::kAvg);

@@ -32,12 +32,12 @@ std::vector<double> measure_unit_costs(nn::Model& model, const nn::Tensor& x, co
   const int units = model.unit_count();
   std::vector<double> costs(static_cast<std::size_t>(units), 0.0);
   // BEGIN SOLUTION(measure_unit_costs)
-  // | Return, per unit, the median over `repeats` full steps (forward, the
-  // | SoftmaxCrossEntropy loss on targets, backward) of that unit's forward time plus its
-  // | backward time, measured with clock_seconds() from the model's hooks. On return, also
-  // | after an exception, the model's hooks are as they were and its gradients are zero
-  // | (handout Task A, Note [Balancing stages]; a unit that sleeps 10 ms forward and 20 ms
-  // | backward must measure 30 ms).
+  // | Fill `costs` (returned below) with, per unit, the median over `repeats` full steps
+  // | (forward, the SoftmaxCrossEntropy loss on targets, backward) of that unit's forward
+  // | time plus its backward time, measured with clock_seconds() from the model's hooks. On
+  // | return, also after an exception, the model's hooks are as they were and its gradients
+  // | are zero (handout Task A, Note [Balancing stages]; a unit that sleeps 10 ms forward and
+  // | 20 ms backward must measure 30 ms).
   const nn::ModelHooks saved = model.hooks();
   std::vector<std::vector<double>> runs(static_cast<std::size_t>(units));  // per unit, per run
   std::vector<double> begin(static_cast<std::size_t>(units), 0.0), spent(static_cast<std::size_t>(units), 0.0);
@@ -87,10 +87,11 @@ std::vector<int> balance_stages(std::span<const double> costs, int stages) {
   }
   std::vector<int> bounds(static_cast<std::size_t>(stages) + 1, 0);
   // BEGIN SOLUTION(balance_stages)
-  // | Return P + 1 bounds that cut the units into `stages` contiguous, non-empty stages whose
-  // | largest stage cost is the smallest possible (any optimal cut; the header's example must
-  // | come out; tests compare with brute force on random costs). Argument checks are written
-  // | above (handout Task A, Note [Balancing stages]).
+  // | Fill `bounds` (P + 1 of them, returned below) so that they cut the units into `stages`
+  // | contiguous, non-empty stages whose largest stage cost is the smallest possible (any
+  // | optimal cut; the header's example must come out; tests compare with brute force on
+  // | random costs). Argument checks are written above (handout Task A, Note [Balancing
+  // | stages]).
   std::vector<double> prefix(static_cast<std::size_t>(n) + 1, 0.0);
   for (int u = 0; u < n; ++u) {
     prefix[static_cast<std::size_t>(u) + 1] = prefix[static_cast<std::size_t>(u)] + costs[static_cast<std::size_t>(u)];

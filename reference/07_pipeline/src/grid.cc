@@ -28,11 +28,11 @@ Grid make_grid(MPI_Comm world, int stages) {
                       " ranks (D pipelines of P stages)");
   Grid grid;
   // BEGIN SOLUTION(make_grid)
-  // | Fill the Grid as lab07/pipeline.h defines it: `pipeline` holds the P ranks of this
-  // | rank's replica with rank == stage, `data` the D ranks that hold this stage with rank ==
-  // | replica, and stage, replica, stages, replicas set. Both Comms own their communicators
-  // | and nothing else is left allocated (Note [Pipeline x data parallel], handout Task E).
-  // | The argument checks are written above.
+  // | Fill `grid` (returned below) as lab07/pipeline.h defines a Grid: `pipeline` holds the P
+  // | ranks of this rank's replica with rank == stage, `data` the D ranks that hold this
+  // | stage with rank == replica, and stage, replica, stages, replicas set. Both Comms own
+  // | their communicators and nothing else is left allocated (Note [Pipeline x data
+  // | parallel], handout Task E). The argument checks are written above.
   grid.stages = stages;
   grid.replicas = size / stages;
   grid.stage = rank % stages;

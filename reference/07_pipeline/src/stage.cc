@@ -299,9 +299,10 @@ double PipelineStage::train_step(const nn::Tensor& x, const nn::Tensor& targets,
   loss_grads_.assign(m, nn::Tensor());
   // BEGIN SOLUTION(PipelineStage::train_step)
   // | Run the schedule's actions in order, forwards through forward() and backwards through
-  // | backward(), with every message's receive posted in time (post_receives()) and completed
-  // | sends freed as you go; when the step returns no send or receive is still in flight
-  // | (Note [Deadlock-free ordering], handout Task C).
+  // | backward() (which add the loss into step_loss_, returned below on the last stage), with
+  // | every message's receive posted in time (post_receives()) and completed sends freed as
+  // | you go; when the step returns no send or receive is still in flight (Note
+  // | [Deadlock-free ordering], handout Task C).
   for (std::size_t k = 0; k < schedule.size(); ++k) {
     post_receives(schedule, k);
     const Action& a = schedule[k];

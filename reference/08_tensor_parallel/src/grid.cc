@@ -29,10 +29,11 @@ Grid make_grid(MPI_Comm world, int tp_size) {
                       " ranks (D replicas of T tensor-parallel ranks)");
   Grid grid;
   // BEGIN SOLUTION(make_grid)
-  // | Fill the Grid as lab08/tensor_parallel.h defines it: `tensor` holds the T ranks of this
-  // | rank's replica with rank == tp_rank, `data` the D ranks with this tp_rank with rank ==
-  // | replica, and the numbers set. Both Comms own their communicators and nothing else is
-  // | left allocated (Note [TP x DP], handout Task E). The argument checks are written above.
+  // | Fill `grid` (returned below) as lab08/tensor_parallel.h defines a Grid: `tensor` holds
+  // | the T ranks of this rank's replica with rank == tp_rank, `data` the D ranks with this
+  // | tp_rank with rank == replica, and the numbers set. Both Comms own their communicators
+  // | and nothing else is left allocated (Note [TP x DP], handout Task E). The argument
+  // | checks are written above.
   grid.tp_size = tp_size;
   grid.replicas = size / tp_size;
   grid.tp_rank = rank % tp_size;

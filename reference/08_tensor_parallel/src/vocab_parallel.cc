@@ -140,12 +140,13 @@ double VocabParallelCrossEntropy::forward(const nn::Tensor& logits, const nn::Te
   const std::size_t rows = static_cast<std::size_t>(n);
   double loss = 0.0;
   // BEGIN SOLUTION(VocabParallelCrossEntropy::forward)
-  // | logits holds this rank's vocabulary columns z_r (N, V/T). Return, on every rank, the
-  // | mean over the N rows of the softmax cross-entropy of the FULL logits against targets,
-  // | without gathering the logits: exactly one all-gather of N f64 values per rank, then one
-  // | allreduce (kSum) of 2N values (VocabCrossEntropy.* checks the operations and sizes),
-  // | computed in double, finite for logits of 1000. Keep what backward() needs (Note
-  // | [Vocabulary parallel], handout Task C).
+  // | logits holds this rank's vocabulary columns z_r (N, V/T). Add into `loss` the SUM over
+  // | the N rows (the line below divides by N) of the softmax cross-entropy of the FULL
+  // | logits against targets, without gathering the logits: exactly one all-gather of N f64
+  // | values per rank, then one allreduce (kSum) of 2N values (VocabCrossEntropy.* checks the
+  // | operations and sizes), computed in double, the same on every rank, finite for logits of
+  // | 1000. Keep in probs_ (made above) what backward() needs (Note [Vocabulary parallel],
+  // | handout Task C).
   const int parts = tp_.world_size();
   std::vector<double> local_max(rows), all_max(rows * static_cast<std::size_t>(parts));
   std::vector<double> sums(2 * rows, 0.0);  // [S | z_t]
@@ -194,9 +195,9 @@ const nn::Tensor& VocabParallelCrossEntropy::backward(double scale) {
                   "has no forward to go back through");
   detail::ensure(dlogits_, probs_.shape(), probs_.dtype());
   // BEGIN SOLUTION(VocabParallelCrossEntropy::backward)
-  // | Return dL/dlogits for this rank's columns (N, V/T) for the loss scaled by `scale`,
-  // | equal to those columns of the full layer's gradient; no communication (Note [Vocabulary
-  // | parallel]).
+  // | Fill dlogits_ (made above, returned below) with dL/dlogits for this rank's columns (N,
+  // | V/T) for the loss scaled by `scale`, equal to those columns of the full layer's
+  // | gradient; no communication (Note [Vocabulary parallel]).
   const std::int64_t n = targets_.numel();
   const std::int32_t* y = targets_.data<std::int32_t>();
   detail::dispatch_float(probs_.dtype(), "VocabParallelCrossEntropy::backward", [&](auto zero) {

@@ -60,10 +60,11 @@ std::vector<std::byte> ParameterServer::checkpoint() const {
   std::vector<std::byte> out;
   put(out, kMagic, sizeof kMagic);
   // BEGIN SOLUTION(ParameterServer::checkpoint)
-  // | Append this server's whole state to `out` in exactly the layout at the top of this file
-  // | (after the magic, written above): the key range, W, the version, the consistency model,
-  // | every clock and lost flag, the values, and each key's momentum buffer if it has one.
-  // | restore() must read it back bit for bit (Note [Checkpoints], handout Task E).
+  // | Append this server's whole state to `out` (returned below) in exactly the layout at the
+  // | top of this file (after the magic, written above): the key range, W, the version, the
+  // | consistency model, every clock and lost flag, the values, and each key's momentum
+  // | buffer if it has one. restore() must read it back bit for bit (Note [Checkpoints],
+  // | handout Task E).
   const std::int32_t header[5] = {first_key_, end_key_, clock_.workers(), version_,
                                   static_cast<std::int32_t>(group_->options().consistency)};
   put(out, header, sizeof header);

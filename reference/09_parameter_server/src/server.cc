@@ -112,8 +112,9 @@ ServerReport ParameterServer::run() {
   // | Serve until every worker is done or lost: receive every message from any worker and
   // | handle() it, and while no message is waiting complete finished sends, detect silent
   // | workers (find_lost_workers(MPI_Wtime())) and leave the cores to the workers (never
-  // | spin, never block in a receive). Before returning, wait (up to the timeout) for the
-  // | replies still in flight (Note [The protocol], Note [Silent workers], handout Task C).
+  // | spin, never block in a receive). Before leaving, give the replies still in flight up to
+  // | the timeout to complete (complete_sends()); the code below deals with any left (Note
+  // | [The protocol], Note [Silent workers], handout Task C).
   auto finished = [&] {
     for (int w = 0; w < W; ++w) {
       if (!done_[static_cast<std::size_t>(w)] && clock_.live(w)) return false;
