@@ -25,6 +25,12 @@ it refuses to finish if a solution or a hidden test slipped in (a file under a
 dropped folder, or a `BEGIN SOLUTION` marker anywhere), or if a student-facing text
 (the READMEs, the handouts, the results, the decks, `./dtl help`) still names
 reference/, the solution generator, or a hidden test suite.
+
+Hints: each handout task may carry graded hints (Hint 1 points the way, Hint 2 names
+the idea, Hint 3 is nearly the answer), each a <details> element between
+`<!-- hint N -->` and `<!-- /hint -->` lines (labs/README.md, "Hints").
+`--hints all` (the default) keeps them all, `some` keeps Hint 1 only, `none` drops
+every one; the marker lines themselves never reach the student repository.
 """
 from __future__ import annotations
 
@@ -43,6 +49,12 @@ SOLUTION_MARKER = "BEGIN SOLUTION"
 
 # Blocks of the READMEs that only make sense with reference/ and the generator at hand.
 INSTRUCTORS_ONLY = re.compile(r"<!-- instructors only: begin.*?-->.*?<!-- instructors only: end -->\n?", re.S)
+# A graded hint in a handout: `<!-- hint N -->` line, the <details> element, `<!-- /hint -->` line.
+HINT_BLOCK = re.compile(r"^<!-- hint (?P<level>[1-9]) -->\n(?P<body>.*?)^<!-- /hint -->\n?", re.S | re.M)
+HINT_MARKER = re.compile(r"<!-- */?hint\b[^>]*-->")
+# --hints LEVEL: the highest hint number kept.
+HINT_LEVELS = {"none": 0, "some": 1, "all": 3}
+
 # What a student-facing text must not name in a student repository.
 NOT_FOR_STUDENTS = ("reference/", "./dtl generate", "skeleton.py", "solution generator")
 
@@ -145,9 +157,40 @@ def student_facing(dest: Path) -> list[Path]:
     return [f for f in files if f.is_file()]
 
 
-def student_text(rel: str, text: str) -> str:
-    """A student-facing file as the student repository holds it."""
+def hint_problems(text: str) -> list[str]:
+    """Malformed hint markers in a handout: [] when every `<!-- hint N -->` (N = 1, 2, 3)
+    opens a line, holds one <details> element and is closed by `<!-- /hint -->` before the next."""
+    problems = []
+    for m in HINT_BLOCK.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        body = m.group("body").strip()
+        if int(m.group("level")) not in (1, 2, 3):
+            problems.append(f"line {line}: hint {m.group('level')}: hints are numbered 1, 2 and 3")
+        if not (body.startswith("<details>") and body.endswith("</details>")) or HINT_MARKER.search(body):
+            problems.append(f"line {line}: a hint block holds exactly one <details> element, nothing else")
+    left = HINT_MARKER.findall(HINT_BLOCK.sub("", text))
+    if left:
+        problems.append(f"unmatched hint markers: {', '.join(left)}")
+    return problems
+
+
+def with_hints(text: str, hints: str) -> str:
+    """The handout with the hints that `--hints` keeps (none, some: Hint 1 only, all),
+    without the marker lines."""
+    if hints not in HINT_LEVELS:
+        raise ValueError(f"--hints {hints}: choose one of {', '.join(HINT_LEVELS)}")
+    keep = HINT_LEVELS[hints]
+    return HINT_BLOCK.sub(lambda m: m.group("body") if int(m.group("level")) <= keep else "", text)
+
+
+def student_text(rel: str, text: str, hints: str = "all") -> str:
+    """A student-facing file as the student repository holds it (`hints`: see with_hints)."""
     text = INSTRUCTORS_ONLY.sub("", text)
+    if re.fullmatch(r"labs/\d\d_\w+/README\.md", rel):
+        problems = hint_problems(text)
+        if problems:
+            raise SystemExit(f"export-student: {rel}: " + "; ".join(problems))
+        text = with_hints(text, hints)
     if rel.startswith("slides/"):
         text = text.replace("reference: [`reference/", "your files: [`labs/")
         text = re.sub(r"\breference/(\d\d_\w+/src/)", r"labs/\1", text)
@@ -188,6 +231,8 @@ def check_export(dest: Path, hidden: set[str] = frozenset()) -> list[str]:
         for word in NOT_FOR_STUDENTS:
             if word in text:
                 problems.append(f"{path.relative_to(dest)} names {word!r}, which a student repository lacks")
+        if HINT_MARKER.search(text):
+            problems.append(f"{path.relative_to(dest)} still holds a hint marker ({HINT_MARKER.search(text).group()})")
         for suite in sorted(hidden):
             if re.search(rf"\b{suite}\b", text):
                 problems.append(f"{path.relative_to(dest)} names the hidden test suite {suite}")
@@ -199,11 +244,18 @@ def check_export(dest: Path, hidden: set[str] = frozenset()) -> list[str]:
     return problems
 
 
-def export(dest: Path, root: Path = ROOT, commit: bool = True) -> list[str]:
-    """Writes the student repository into `dest` (which must not exist or be empty).
-    Returns the exported paths, relative to dest."""
+def export(dest: Path, root: Path = ROOT, commit: bool = True, hints: str = "all") -> list[str]:
+    """Writes the student repository into `dest` (which must not exist or be empty), with
+    the handouts' hints that `hints` keeps (none, some, all). Returns the exported paths,
+    relative to dest."""
+    if hints not in HINT_LEVELS:
+        raise SystemExit(f"export-student: --hints {hints}: choose one of {', '.join(HINT_LEVELS)}")
     if dest.exists() and any(dest.iterdir()):
         raise SystemExit(f"export-student: {dest} exists and is not empty")
+    for handout in sorted((root / "labs").glob("[0-9][0-9]_*/README.md")):
+        problems = hint_problems(handout.read_text())
+        if problems:
+            raise SystemExit(f"export-student: {handout.relative_to(root)}: " + "; ".join(problems))
     dest.mkdir(parents=True, exist_ok=True)
     copied = []
     for rel in tracked_files(root):
@@ -214,7 +266,7 @@ def export(dest: Path, root: Path = ROOT, commit: bool = True) -> list[str]:
         shutil.copy2(root / rel, target)
         if rel.endswith(".md"):
             text = (root / rel).read_text()
-            changed = student_text(rel, text)
+            changed = student_text(rel, text, hints)
             if changed != text:
                 target.write_text(changed)
         copied.append(rel)
@@ -253,14 +305,20 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="./dtl export-student", description=__doc__.split("\n\n")[0])
     parser.add_argument("dir", help="where to write the student repository (new or empty)")
     parser.add_argument("--no-commit", action="store_true", help="do not make it a git repository")
+    parser.add_argument("--hints", default="all", metavar="none|some|all",
+                        help="the handouts' graded hints students get: none, some (Hint 1 of each task only) "
+                             "or all (default)")
     args = parser.parse_args(argv)
+    if args.hints not in HINT_LEVELS:
+        parser.error(f"--hints {args.hints}: choose none (no hints), some (Hint 1 of each task) or all")
     dest = Path(args.dir).resolve()
     if dest == ROOT or ROOT in dest.parents:
         print(f"export-student: {dest} is inside this repository; choose a folder outside it", file=sys.stderr)
         return 2
-    files = export(dest, commit=not args.no_commit)
+    files = export(dest, commit=not args.no_commit, hints=args.hints)
     print(f"export-student: {len(files)} files in {dest} (no reference/, no hidden tests); "
-          f"push it as the assignment's template. Students run ./dtl grade NN; CI: .github/workflows/classroom.yml")
+          f"hints: {args.hints}; push it as the assignment's template. Students run ./dtl grade NN; "
+          f"CI: .github/workflows/classroom.yml")
     return 0
 
 

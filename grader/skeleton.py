@@ -2,17 +2,19 @@
 """The solution generator: reference/NN_topic/src -> labs/NN_topic/src.
 
 reference/ is the only place a solution is written. Inside it, each part a
-student writes stands between two marker lines; hint lines may follow BEGIN:
+student writes stands between two marker lines; contract lines may follow BEGIN
+(what the block must achieve, its errors, the handout section; never the steps,
+which are the handout's graded hints: grader/tests/test_contracts.py checks):
 
     // BEGIN SOLUTION(ring_shift)
-    // | Send to the right and receive from the left without deadlock ...
+    // | Every rank's send_buf arrives in the next rank's recv_buf, one message ...
     ...the solution...
     // END SOLUTION
 
-In labs/ the block becomes the hint as a TODO(student) comment plus a stub that
-fails cleanly (it never hangs and never crashes):
+In labs/ the block becomes the contract as a TODO(student) comment plus a stub
+that fails cleanly (it never hangs and never crashes):
 
-    // TODO(student): Send to the right and receive from the left without deadlock ...
+    // TODO(student): Every rank's send_buf arrives in the next rank's recv_buf, one message ...
     throw dtl::NotImplemented("ring_shift");
 
 A block without a name, `// BEGIN SOLUTION`, becomes the TODO comment only (for

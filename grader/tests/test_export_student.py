@@ -141,6 +141,88 @@ class TestExport(unittest.TestCase):
             export_student.export(self.dest, commit=False)  # exists and is not empty
 
 
+    # Hints: `./dtl export-student DIR --hints none|some|all` (labs/README.md, "Hints").
+    HANDOUT = ("## Task (a)\n\nDo it.\n\n"
+               "<!-- hint 1 -->\n<details><summary>Hint 1 (a)</summary>\n\nLook left.\n\n</details>\n<!-- /hint -->\n"
+               "<!-- hint 2 -->\n<details><summary>Hint 2 (a)</summary>\n\nA ring.\n\n</details>\n<!-- /hint -->\n"
+               "<!-- hint 3 -->\n<details><summary>Hint 3 (a)</summary>\n\nSend right.\n\n</details>\n<!-- /hint -->\n"
+               "\n## Task (b)\n\n"
+               "<!-- hint 1 -->\n<details><summary>Hint 1 (b)</summary>\n\nCount.\n\n</details>\n<!-- /hint -->\n"
+               "\nThe end.\n")
+
+    def test_hints_kept_per_level(self):
+        rel = "labs/01_x/README.md"
+        kept = {level: export_student.student_text(rel, self.HANDOUT, level) for level in ("none", "some", "all")}
+        for level, text in kept.items():
+            self.assertIn("Do it.", text)
+            self.assertIn("## Task (b)", text)
+            self.assertIn("The end.", text)
+            self.assertNotIn("<!--", text, level)  # the marker lines never reach students
+            self.assertEqual(export_student.hint_problems(text), [])
+        self.assertNotIn("<details>", kept["none"])
+        self.assertEqual(re.findall(r"<summary>(.*?)</summary>", kept["some"]), ["Hint 1 (a)", "Hint 1 (b)"])
+        self.assertEqual(re.findall(r"<summary>(.*?)</summary>", kept["all"]),
+                         ["Hint 1 (a)", "Hint 2 (a)", "Hint 3 (a)", "Hint 1 (b)"])
+        self.assertIn("Send right.", kept["all"])
+        self.assertNotIn("A ring.", kept["some"])
+
+    def test_malformed_hint_markers_are_found(self):
+        self.assertEqual(export_student.hint_problems(self.HANDOUT), [])
+        unclosed = self.HANDOUT.replace("<!-- /hint -->\n", "", 1)
+        self.assertTrue(export_student.hint_problems(unclosed))
+        self.assertTrue(any("unmatched" in p for p in export_student.hint_problems("<!-- /hint -->\n")))
+        loose = "<!-- hint 1 -->\nno details here\n<!-- /hint -->\n"
+        self.assertTrue(any("one <details> element" in p for p in export_student.hint_problems(loose)))
+        four = "<!-- hint 4 -->\n<details><summary>Hint 4</summary>x</details>\n<!-- /hint -->\n"
+        self.assertTrue(any("numbered 1, 2 and 3" in p for p in export_student.hint_problems(four)))
+
+    def test_every_handout_has_well_formed_graded_hints(self):
+        for lab in self.labs:
+            text = (ROOT / "labs" / lab / "README.md").read_text()
+            self.assertEqual(export_student.hint_problems(text), [], lab)
+            levels = re.findall(r"(?m)^<!-- hint (\d) -->$", text)
+            for level in "123":
+                self.assertIn(level, levels, f"{lab}: no Hint {level}")
+
+    def test_the_default_export_keeps_every_hint(self):
+        for lab in self.labs:
+            source = (ROOT / "labs" / lab / "README.md").read_text()
+            exported = (self.dest / "labs" / lab / "README.md").read_text()
+            self.assertEqual(exported.count("<details>"), len(re.findall(r"(?m)^<!-- hint \d -->$", source)), lab)
+            self.assertNotIn("<!-- hint", exported, lab)
+
+    def test_export_with_some_or_no_hints(self):
+        for level, kept in (("some", {"1"}), ("none", set())):
+            with tempfile.TemporaryDirectory() as tmp:
+                dest = Path(tmp) / "student"
+                run = subprocess.run([str(ROOT / "dtl"), "export-student", str(dest), "--no-commit", "--hints", level],
+                                     capture_output=True, text=True, timeout=120)
+                self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+                for lab in self.labs:
+                    text = (dest / "labs" / lab / "README.md").read_text()
+                    self.assertEqual(set(re.findall(r"<summary>Hint (\d)", text)), kept, f"{level}: {lab}")
+                    self.assertNotIn("<!-- hint", text, lab)
+                    # Everything but the hints is still there: the task headings of the full handout.
+                    headings = re.findall(r"(?m)^#+ .*$", (self.dest / "labs" / lab / "README.md").read_text())
+                    self.assertEqual(re.findall(r"(?m)^#+ .*$", text), headings, f"{level}: {lab}")
+                self.assertEqual(export_student.check_export(dest), [])
+
+    def test_a_bad_hints_level_is_refused(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            dest = Path(tmp) / "student"
+            run = subprocess.run([str(ROOT / "dtl"), "export-student", str(dest), "--hints", "most"],
+                                 capture_output=True, text=True, timeout=60)
+            self.assertEqual(run.returncode, 2, run.stdout + run.stderr)
+            self.assertIn("--hints most: choose none (no hints), some (Hint 1 of each task) or all", run.stderr)
+            self.assertFalse(dest.exists(), "a refused export wrote files")
+            with self.assertRaises(SystemExit) as refused:
+                export_student.export(dest, commit=False, hints="most")
+            self.assertIn("--hints most", str(refused.exception))
+            self.assertFalse(dest.exists())
+            with self.assertRaises(ValueError):
+                export_student.with_hints(self.HANDOUT, "3")
+
+
 class TestGradingInTheExport(unittest.TestCase):
     """In a student repository labs/NN/src is the student's work: --skeleton must still
     grade the untouched skeleton (kept in grader/skeletons), and plain grading the work."""

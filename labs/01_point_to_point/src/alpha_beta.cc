@@ -42,9 +42,11 @@ AlphaBeta fit_alpha_beta(std::span<const Sample> samples) {
   DTL_REQUIRE_ARG(two_sizes, "fit_alpha_beta", "samples",
                   "has only one message size; alpha and beta need at least two");
 
-  // TODO(student): Weighted least squares with w_i = 1 / t_i^2 for t = alpha + beta * n (see the
-  //   normal equations in the comment at the top of this file). Accumulate the
-  //   weighted sums in double, then solve the 2x2 system for alpha and beta.
+  // TODO(student): Return AlphaBeta{alpha, beta} (seconds, seconds per byte) of the line alpha + beta * n
+  //   that minimizes the summed squared RELATIVE error over the samples (handout Task D,
+  //   section (c); the normal equations are at the top of this file). Points exactly on a
+  //   line come back to a relative 1e-9; sizes up to megabytes must not overflow or lose
+  //   precision. Bad samples are rejected above; nothing else to throw.
   throw dtl::NotImplemented("fit_alpha_beta");
 }
 

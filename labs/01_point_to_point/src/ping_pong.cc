@@ -29,10 +29,11 @@ double ping_pong(MPI_Comm comm, std::span<const std::byte> send_buf, std::span<s
                       std::to_string(send_buf.size()));
   const int count = to_mpi_count(send_buf.size(), "ping_pong", "send_buf");
 
-  // TODO(student): The initiator sends send_buf, then receives the echo into recv_buf; the
-  //   responder receives into recv_buf, then sends recv_buf back. Use `tag` for
-  //   every message and name the peer explicitly (no MPI_ANY_SOURCE/ANY_TAG).
-  //   Time the whole loop with MPI_Wtime on the initiator; return seconds per round trip.
+  // TODO(student): `iterations` round trips of send_buf between initiator and responder on `tag` (peers
+  //   named, no wildcards, one message per direction per iteration, even at 0 bytes). The
+  //   responder echoes what it received (into its recv_buf); the initiator ends with the echo
+  //   in recv_buf and returns the mean seconds per round trip (MPI_Wtime); every other rank
+  //   returns 0.0 and ranks outside the pair send nothing (handout Task A, section (a)).
   throw dtl::NotImplemented("ping_pong");
 }
 

@@ -31,11 +31,10 @@ void ring_shift(MPI_Comm comm, std::span<const std::byte> send_buf, std::span<st
   const int count = to_mpi_count(send_buf.size(), "ring_shift", "send_buf");
   const auto [rank, size] = rank_and_size(comm);
 
-  // TODO(student): Send to right = (rank + 1) % size and receive from left = (rank - 1 + size) % size
-  //   in a way that cannot deadlock above the eager limit: MPI_Sendrecv, even/odd
-  //   ordering, or MPI_Irecv + MPI_Isend + MPI_Waitall. Plain MPI_Send then MPI_Recv
-  //   on every rank hangs once messages are larger than a few KiB (and with one
-  //   rank, a blocking send to yourself before your receive hangs too).
+  // TODO(student): Every rank's send_buf arrives in the recv_buf of the next rank around the ring (rank
+  //   P-1's at rank 0; with one rank, at itself), as exactly one message on `tag`, received
+  //   from that named source. Must complete at every size and rank count, above the eager
+  //   limit too (handout Task B, section (b)).
   throw dtl::NotImplemented("ring_shift");
 }
 

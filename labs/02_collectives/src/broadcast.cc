@@ -62,13 +62,10 @@ void broadcast_binomial(MPI_Comm comm, std::span<T> buf, int root, int tag) {
   if (count == 0) return;  // nothing to send (every rank has the same count)
   const MPI_Datatype type = mpi_datatype<T>();
 
-  // TODO(student): Work in relative ranks, vrank = (rank - root + size) % size, so the root is 0.
-  //   Receive: find the lowest set bit `mask` of vrank (mask = 1, 2, 4, ... while
-  //   mask < size) and receive the whole buf from vrank - mask; the root has no such
-  //   bit. Send: for m = mask / 2 down to 1 (the root starts below the smallest power
-  //   of two >= size), send buf to vrank + m when that is < size. Convert back to a
-  //   real rank with (v + root) % size. Blocking MPI_Send/MPI_Recv are safe here: a
-  //   tree has no cycle of waits.
+  // TODO(student): On return every rank's buf equals the root's. The binomial tree of section (a), for any
+  //   root: non-roots receive exactly once, the root receives nothing and sends exactly L =
+  //   ceil(log2 P) messages, nobody sends more than L, P - 1 messages in all, each of the
+  //   whole buffer, all on `tag` (handout Task A, section (e)).
   throw dtl::NotImplemented("broadcast_binomial");
 }
 
@@ -81,15 +78,11 @@ void broadcast_scatter_allgather(MPI_Comm comm, std::span<T> buf, int root, int 
   if (buf.empty()) return;
   const MPI_Datatype type = mpi_datatype<T>();
 
-  // TODO(student): Chunk k (for relative rank k) is buf[k * chunk, (k + 1) * chunk) with
-  //   chunk = ceil(n / size), clipped to n: the last chunks may be short or empty.
-  //   Chunks of consecutive vranks are adjacent in buf, so a subtree's chunks are one
-  //   contiguous range. (1) Binomial scatter, the loops of broadcast_binomial: vrank v
-  //   receives chunks [v, min(v + mask, size)) from its parent and sends chunks
-  //   [c, min(c + m, size)) to each child c = v + m. (2) Ring allgather: in step
-  //   s = 0 .. size-2 send chunk (vrank - s) to the right neighbour and receive chunk
-  //   (vrank - s - 1) from the left one (mod size), with MPI_Sendrecv. Send even when
-  //   a range is empty, so that both sides always agree on the messages.
+  // TODO(student): Same result as broadcast_binomial, by section (c): the root's buffer cut into the P
+  //   chunks of section (d) (some may be short or empty), scattered down the tree, then
+  //   completed around the ring. At most L + P - 1 messages per rank; the root sends at most
+  //   2 (n - floor(n / P)) elements' worth of bytes. Both ends of every message agree on it,
+  //   even at 0 elements (handout Task A).
   throw dtl::NotImplemented("broadcast_scatter_allgather");
 }
 
@@ -99,10 +92,8 @@ void broadcast(MPI_Comm comm, std::span<T> buf, int root, int tag, std::size_t s
   require_rank("broadcast", "root", root, size);
   require_tag("broadcast", tag);
 
-  // TODO(student): With 3 or more ranks and buf.size_bytes() >= switch_bytes call
-  //   broadcast_scatter_allgather; otherwise broadcast_binomial. (With 1 or 2 ranks the
-  //   tree always wins: see the crossover formula at the top of this file.) Every rank
-  //   has the same size and arguments, so every rank makes the same choice.
+  // TODO(student): Choose between the two broadcasts above by size and rank count, as handout Task A and
+  //   section (c) say (the tree with 1 or 2 ranks); every rank must make the same choice.
   throw dtl::NotImplemented("broadcast");
 }
 

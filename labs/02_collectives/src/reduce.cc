@@ -39,9 +39,8 @@
 
 namespace dtl::lab02 {
 
-// TODO(student): Write a helper that combines `in` into `acc` element by element with `op`:
-//   acc[i] = acc[i] + in[i], max(acc[i], in[i]) or min(acc[i], in[i]). One loop per
-//   operator (a switch outside the loop) keeps the loops simple for the compiler.
+// TODO(student): A helper (file scope) that combines `in` into `acc` element by element with `op` (sum,
+//   max or min) for every Element type; reduce() below uses it (handout Task C).
 
 template <Element T>
 void reduce(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, ReduceOp op, int root, int tag) {
@@ -56,14 +55,11 @@ void reduce(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, R
   if (count == 0) return;
   const MPI_Datatype type = mpi_datatype<T>();
 
-  // TODO(student): The gather tree, in relative ranks: for mask = 1, 2, 4, ... while mask < size,
-  //   if vrank has bit `mask` set, send your partial result to vrank - mask and stop;
-  //   otherwise, if vrank + mask < size, receive that child's partial result and
-  //   combine it into yours. A rank without children sends send_buf as it is. Keep the
-  //   partial result in recv_buf on the root and in a vector of your own elsewhere
-  //   (never write into send_buf). Cheapest: receive the first child's vector straight
-  //   into the partial result, then combine send_buf into it; later children go
-  //   through a scratch vector. With one rank, copy send_buf into recv_buf.
+  // TODO(student): On the root recv_buf ends as the element-wise `op` of every rank's send_buf; send_buf
+  //   is never written, and recv_buf is not touched on other ranks. The binomial gather tree
+  //   for any root: non-roots send exactly one message of the whole vector, the root sends
+  //   none and receives exactly L, nobody receives more than L, all on `tag` (handout Task C,
+  //   section (e)). With one rank: a copy.
   throw dtl::NotImplemented("reduce");
 }
 

@@ -60,13 +60,10 @@ void scatter(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, 
   const MPI_Datatype type = mpi_datatype<T>();
   const std::size_t block = recv_buf.size();
 
-  // TODO(student): Same loops as broadcast_binomial, in relative ranks. Keep the blocks of your
-  //   subtree, vranks [vrank, vrank + subtree), in vrank order in one buffer `held`:
-  //   on the root that is send_buf rotated so that block `root` comes first (no copy
-  //   needed when root == 0); elsewhere receive subtree = min(mask, size - vrank)
-  //   blocks from the parent (straight into recv_buf when it is one block). Then send
-  //   child c = vrank + m its blocks, held[m * block, (m + min(m, size - c)) * block),
-  //   and finally copy held's first block, your own, into recv_buf.
+  // TODO(student): On return rank r's recv_buf holds block r (count elements) of the root's send_buf. Over
+  //   the binomial tree: non-roots receive exactly once; the root sends exactly L messages
+  //   carrying (P - 1) count elements in all, nobody more than L; all on `tag`. send_buf is
+  //   read on the root only (elsewhere it may be empty) (handout Task B, sections (a), (d)).
   throw dtl::NotImplemented("scatter");
 }
 
@@ -85,14 +82,10 @@ void gather(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, i
   const MPI_Datatype type = mpi_datatype<T>();
   const std::size_t block = send_buf.size();
 
-  // TODO(student): The scatter tree run backwards. Your subtree is vranks [vrank, vrank + subtree),
-  //   subtree = min(lowest set bit of vrank, size - vrank) (size for the root). A leaf
-  //   (subtree 1) just sends send_buf to its parent. Otherwise collect the subtree's
-  //   blocks in vrank order: your own first, then for m = 1, 2, 4, ... below your
-  //   lowest bit receive child c = vrank + m's min(m, size - c) blocks at block m;
-  //   then send them all to the parent (the root has none). The root finally
-  //   un-rotates: relative block k belongs at rank (k + root) % size of recv_buf
-  //   (with root == 0 you can collect straight into recv_buf).
+  // TODO(student): On return block r of the root's recv_buf holds rank r's send_buf (rank order, for any
+  //   root). Over the binomial tree: non-roots send exactly once, the root receives exactly L
+  //   messages and nobody more than L; all on `tag`. recv_buf is written on the root only
+  //   (elsewhere it may be empty) (handout Task B, section (d)).
   throw dtl::NotImplemented("gather");
 }
 

@@ -74,15 +74,13 @@ template <typename T, typename Stream>
 void run_ipc_ring(MPI_Comm comm, int rank, int world_size, std::size_t count, bool fuse, T* mine, const T* left,
                   T* right, Stream& stream) {
   if (world_size == 1 || count == 0) return;  // nothing to add up: no steps
-  // TODO(student): Contract: on return every rank's `mine` holds the element-wise sum of all
-  //   ranks' inputs, bit for bit as the virtual ring computes it, and no rank
-  //   still reads or writes another's buffer. Every read of a neighbour's chunk
-  //   must come after that chunk's last write, in another process, and every
-  //   write after the last read of what it overwrites: use stream.wait() and
-  //   agree() (given, in lab03/ring_cuda.h) where Note [Cross-process hazards]
-  //   shows an ordering that no stream gives. A failure on one rank (dtl::Error
-  //   from launch() or wait()) must make every rank throw, none hang. Handout:
-  //   part 2, G.
+  // TODO(student): Contract: on return every rank's `mine` holds the element-wise sum of all ranks'
+  //   inputs, bit for bit as the virtual ring computes it, and no rank still reads or writes
+  //   another's buffer. Every read of a neighbour's chunk must come after that chunk's last
+  //   write, in another process, and every write after the last read of what it overwrites:
+  //   use stream.wait() and agree() (given, in lab03/ring_cuda.h) where Note [Cross-process
+  //   hazards] shows an ordering that no stream gives. A failure on one rank (dtl::Error from
+  //   launch() or wait()) must make every rank throw, none hang. Handout: part 2, G.
   throw dtl::NotImplemented("run_ipc_ring");
 }
 

@@ -55,12 +55,13 @@ namespace dtl::lab03::detail {
 template <typename T>
 DTL_HOST_DEVICE inline void reduce_copy_thread(const ReduceCopyArgs<T>& args, std::size_t thread,
                                                std::size_t num_threads) {
-  // TODO(student): Split [0, count) into a scalar head, whole 16-byte vectors (Pack<T>, load_pack,
-  //   store_pack) and a scalar tail. Vectors only when dst, a, b (and dst2, when not
-  //   null) have the same offset_in_vector(); otherwise everything is "head". The head
-  //   is the elements before the first 16-byte aligned address of dst. Each of the three
-  //   parts is a grid-stride loop: start at `thread`, step `num_threads`. Add in fp32
-  //   (to_float, from_float<T>); b == nullptr means copy. Compare reduce_copy_one().
+  // TODO(student): Thread `thread` of `num_threads` does its share so that, over all threads, every
+  //   element of [0, count) is done exactly once and nothing outside it is written: dst[i]
+  //   (and dst2[i] when not null) = a[i] + b[i], added in fp32 and rounded once to T
+  //   (to_float, from_float<T>), or a[i] when b is null; same result as reduce_copy_one() for
+  //   every i. Must be correct for any pointers (offsets differ, counts 0 .. millions) and
+  //   use 16-byte loads and stores (Pack<T>, load_pack, store_pack) wherever the alignment
+  //   allows (handout part 2, D).
 }
 
 }  // namespace dtl::lab03::detail

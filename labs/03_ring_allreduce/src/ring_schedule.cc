@@ -33,11 +33,12 @@ RingStep ring_step(int rank, int world_size, int step) {
   DTL_REQUIRE_ARG(step >= 0 && step < 2 * (world_size - 1), "ring_step", "step",
                   "is " + std::to_string(step) + "; it must be in [0, 2(P-1)) = [0, " +
                       std::to_string(2 * (world_size - 1)) + ")");
-  // TODO(student): Derive the table from three facts (see the figure at the top of this file):
-  //   what a rank receives at one step is what it sends at the next; what rank r
-  //   sends is what rank r+1 receives; the last reduce-scatter step (P-2) must
-  //   deliver chunk `rank` to rank `rank`, complete. The allgather half starts by
-  //   sending that chunk. Take chunk indices mod P, keeping them non-negative.
+  // TODO(student): Return RingStep{send_chunk, recv_chunk, reduce} for (rank, P, step), chunks in [0, P).
+  //   The table must satisfy the invariants in lab03/ring.h: what rank r sends is what rank
+  //   r+1 receives; steps 0 .. P-2 reduce, and after them rank r holds chunk r complete;
+  //   steps P-1 .. 2P-3 copy and spread every complete chunk to every rank, each rank's
+  //   contribution counted exactly once (handout Task A, section (b)). The argument checks
+  //   are written above.
   throw dtl::NotImplemented("ring_step");
 }
 

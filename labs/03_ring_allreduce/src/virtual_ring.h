@@ -35,9 +35,11 @@ void run_virtual_ring(const char* function, std::span<T* const> bufs, std::size_
   if (world_size == 1 || count == 0) return;  // nothing to add up: no steps
   std::vector<ReduceCopyArgs<T>> jobs;
   jobs.reserve(bufs.size());
-  // TODO(student): For each of the 2(P-1) steps: collect every virtual rank's job (ring_job(), then
-  //   ring_job_args() with its own, its left and its right neighbour's buffer; leave out
-  //   skipped steps and empty chunks) and hand the step's jobs to launch_step() at once.
+  // TODO(student): Run the whole ring allreduce over the P virtual ranks' buffers: one launch_step() per
+  //   step that is not skipped, with every virtual rank's job of that step (ring_job(),
+  //   ring_job_args() with its own, its left and its right neighbour's buffer); no job for an
+  //   empty chunk or a skipped step. On return every buffer holds the sum (handout part 2,
+  //   F).
   throw dtl::NotImplemented("virtual_ring_allreduce");
 }
 

@@ -66,11 +66,11 @@ std::vector<std::vector<int>> assign_buckets(std::span<const std::size_t> param_
   if (cap_bytes == 0) throw InvalidArgument("assign_buckets: cap_bytes must be > 0");
   if (first_cap_bytes == 0) throw InvalidArgument("assign_buckets: first_cap_bytes must be > 0");
   std::vector<std::vector<int>> buckets;
-  // TODO(student): Walk i from the last parameter down to 0 (see Note [Bucket order]), keeping
-  //   the current bucket and its bytes. The cap is first_cap_bytes while you fill
-  //   bucket 0, cap_bytes after. If the current bucket is not empty and adding
-  //   param_bytes[i] would exceed the cap, push it and start a new one; add i.
-  //   A bucket whose bytes reach the cap exactly is closed too. Push the last one.
+  // TODO(student): Fill `buckets` (returned below) exactly as the header's rules and worked example in
+  //   lab04/ddp.h define them (reverse parameter order, first cap then cap, a parameter above
+  //   the cap alone, a bucket that reaches its cap closed at once, zero-byte parameters in
+  //   the current bucket); empty input gives no buckets. The cap checks are written above
+  //   (handout Task B, section (c)).
   throw dtl::NotImplemented("assign_buckets");
   return buckets;
 }

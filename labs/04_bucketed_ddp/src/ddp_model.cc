@@ -43,12 +43,12 @@ double hash_name(const std::string& name) {
 void check_model_agreement(Communicator& comm, const nn::Model& model) {
   const std::vector<nn::Parameter*> params = model.parameters();
   const int size = comm.world_size();
-  // TODO(student): Step 1: a fingerprint of 2 doubles (parameter count, a hash that mixes every
-  //   parameter's name hash and numel), allgathered (comm.allgather_blocking). All
-  //   equal to rank 0's: return. Step 2: m = the smallest count; allgather 2 doubles
-  //   per parameter (numel, hash_name(name)) for the first m parameters; find the first
-  //   rank r and index i that differ from rank 0 (or, if none, the first rank whose
-  //   count differs) and throw InvalidArgument naming r, i and this rank's parameter.
+  // TODO(student): Return when every rank holds the same parameter count and, for each i, the same name
+  //   and numel; otherwise throw dtl::InvalidArgument on EVERY rank, naming the first rank
+  //   that differs from rank 0 and the first differing parameter (index, this rank's name,
+  //   the element counts) or the two counts. Every collective here must have a size every
+  //   rank knows before it starts, so that a mismatch can never hang (Note [A check that
+  //   cannot hang] above; handout Task A). hash_name() is given.
   throw dtl::NotImplemented("check_model_agreement");
 }
 
@@ -57,9 +57,10 @@ void broadcast_parameters(Communicator& comm, nn::Model& model, int root) {
     throw InvalidArgument("broadcast_parameters: root " + std::to_string(root) + " is not a rank of a world of " +
                           std::to_string(comm.world_size()));
   }
-  // TODO(student): check_model_agreement() first (a broadcast of mismatched sizes cannot fail cleanly).
-  //   If the model was flattened (model.flat_values().defined()), broadcast that one
-  //   buffer; otherwise each parameter's value, in order. Issue them all, then wait for all.
+  // TODO(student): On return every rank's parameter values equal rank `root`'s, bit for bit; the models
+  //   are checked to agree first (check_model_agreement()). A flattened model
+  //   (model.flat_values().defined()) is one buffer; the broadcasts may all be in flight at
+  //   once, and all have finished on return (handout Task A).
   throw dtl::NotImplemented("broadcast_parameters");
 }
 

@@ -112,11 +112,10 @@ Reducer::Reducer(Communicator& comm, nn::Model& model, ReducerOptions options)
                     "leaves out parameter " + std::to_string(i) + " ('" + params_[i]->name + "')");
   }
   bucket_of_.assign(params_.size(), -1);
-  // TODO(student): For each group b of parameter indices (decreasing): a Bucket with those
-  //   parameters, offset = the smallest grad offset in the flat buffer (the last
-  //   index's grad.offset() - flat.offset()), count = the sum of their numels; set
-  //   bucket_of_[i] = b. Check that the bucket is contiguous (each parameter ends
-  //   where the next higher index begins): the allreduce works on one view.
+  // TODO(student): Fill buckets_ (one Bucket per group of `groups`, in order, with its parameters, its
+  //   offset into the flat gradient buffer and its element count) and bucket_of_ (the bucket
+  //   of every parameter index). A bucket must be one contiguous view of the flat buffer;
+  //   throw dtl::Error if it is not (handout Task C, section (b)).
   throw dtl::NotImplemented("Reducer::Reducer");
   reset_step();
   model_.hooks().grad_ready = [this](nn::Parameter& p) { on_grad_ready(p); };
@@ -144,16 +143,18 @@ void Reducer::on_grad_ready(nn::Parameter& param) {
                 "Reducer was made");
   }
   const auto i = static_cast<std::size_t>(found->second);
-  // TODO(student): If ready_[i] is already set, throw dtl::Error naming the parameter and its
-  //   bucket (a second backward without finish(): use no_sync() to accumulate).
-  //   Mark it ready, count its bucket down; in overlapped mode, when the count
-  //   reaches 0, launch_ready_buckets() (which keeps bucket order).
+  // TODO(student): Called by autograd once parameter i's gradient is final. A second call for the same
+  //   parameter in one step throws dtl::Error naming the parameter and its bucket (a second
+  //   backward without finish(): point at no_sync()). Track how many of its bucket's
+  //   gradients are still missing; in overlapped mode a bucket's allreduce must start as soon
+  //   as it can without breaking Note [Issue in bucket order] (handout Task C).
   throw dtl::NotImplemented("Reducer::on_grad_ready");
 }
 
 void Reducer::launch_ready_buckets() {
-  // TODO(student): Issue bucket next_launch_ while it is complete (pending_ == 0), and move on:
-  //   never issue bucket b+1 before bucket b (see Note [Issue in bucket order]).
+  // TODO(student): Issue every bucket that may be issued now: complete, and every lower-numbered bucket
+  //   already issued (Note [Issue in bucket order]). Every rank therefore issues the same
+  //   buckets in the same order.
   throw dtl::NotImplemented("Reducer::launch_ready_buckets");
 }
 
@@ -161,9 +162,9 @@ void Reducer::launch(std::size_t bucket) {
   const Bucket& bk = buckets_[bucket];
   if (bucket == 0) stats_ = StepStats{};
   ++stats_.allreduces;
-  // TODO(student): Start the asynchronous, averaging allreduce on the bucket's view of the flat
-  //   gradient buffer (flat_grad_ + offset, count elements, f32, ReduceOp::kAvg) and
-  //   keep its Work in work_[bucket]. Record stats_.first_issue_seconds for bucket 0.
+  // TODO(student): Start the bucket's asynchronous averaging allreduce (ReduceOp::kAvg, f32) in place on
+  //   its view of the flat gradient buffer, keep its Work in work_[bucket], and record
+  //   stats_.first_issue_seconds when bucket 0 is issued (Note [Averaging]; handout Task C).
   throw dtl::NotImplemented("Reducer::launch");
 }
 
@@ -173,11 +174,11 @@ void Reducer::finish() {
                 "after the first backward outside the scope");
   }
   const double wait_begin = clock_seconds();
-  // TODO(student): Naive and bucketed modes: issue every complete bucket now (launch_ready_buckets()).
-  //   Wait for every issued Work (buckets [0, next_launch_)). If a bucket is still
-  //   not issued, a parameter never got its gradient: find the first such parameter,
-  //   reset_step() and throw dtl::Error naming it and its bucket (never wait for it).
-  //   Otherwise record_stats(wait_begin, now) and reset_step().
+  // TODO(student): On return every gradient holds the average over ranks and the reducer is ready for the
+  //   next step (reset_step()), with record_stats(wait_begin, now) done. Naive and bucketed
+  //   modes issue their buckets here. Never wait for a bucket that was not issued: if a
+  //   parameter never got its gradient, reset_step() and throw dtl::Error naming the first
+  //   such parameter and its bucket (handout Task C).
   throw dtl::NotImplemented("Reducer::finish");
 }
 
@@ -218,10 +219,10 @@ Reducer::NoSync::~NoSync() {
 }
 
 Reducer::NoSync Reducer::no_sync() {
-  // TODO(student): Refuse (dtl::Error) if some gradient was already marked ready this step: the
-  //   scope must start between steps; refuse a scope inside a scope too (the inner
-  //   one's end would end the outer one). Set no_sync_ and return NoSync(this); the
-  //   scope's destructor clears it. on_grad_ready() returns at once while it is set.
+  // TODO(student): Return a NoSync scope during which on_grad_ready() does nothing, so gradients
+  //   accumulate locally (its destructor ends it). Throw dtl::Error if a gradient was already
+  //   marked ready this step (a scope starts between steps) or if a scope is already open
+  //   (scopes do not nest) (handout Task C).
   throw dtl::NotImplemented("Reducer::no_sync");
 }
 

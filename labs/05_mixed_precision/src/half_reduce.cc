@@ -53,10 +53,10 @@ void reduce_half_sum(DType dtype, const void* in, void* inout, std::size_t count
   require_half(dtype, "reduce_half_sum");
   DTL_REQUIRE_ARG(count == 0 || (in != nullptr && inout != nullptr), "reduce_half_sum", "in/inout",
                   "is null with count " + std::to_string(count));
-  // TODO(student): For each element: widen both 16-bit values to float (nn::f16_bits_to_float or
-  //   nn::bf16_bits_to_float, as dtype says), add in float, round the sum once back to
-  //   16 bits (nn::float_to_f16_bits / float_to_bf16_bits) into inout. The buffers hold
-  //   raw 16-bit patterns (std::uint16_t).
+  // TODO(student): On return inout[i] holds in[i] + inout[i] as the exact sum of the two 16-bit values
+  //   (dtype: f16 or bf16, raw std::uint16_t bit patterns) rounded ONCE back to 16 bits, for
+  //   every i < count; no intermediate rounding (handout Task A, Note [fp16 and bf16]). nn::
+  //   has the bit conversions.
   throw dtl::NotImplemented("reduce_half_sum");
 }
 
@@ -64,16 +64,17 @@ void divide_half(DType dtype, void* buf, std::size_t count, float divisor) {
   require_half(dtype, "divide_half");
   DTL_REQUIRE_ARG(count == 0 || buf != nullptr, "divide_half", "buf", "is null with count " + std::to_string(count));
   DTL_REQUIRE_ARG(divisor > 0.0f, "divide_half", "divisor", "is " + std::to_string(divisor) + ", must be > 0");
-  // TODO(student): buf[i] = round16(float(buf[i]) / divisor): widen, divide in float, round once.
+  // TODO(student): On return buf[i] holds the 16-bit value buf[i] / divisor computed in float and rounded
+  //   once, for every i < count (handout Task A).
   throw dtl::NotImplemented("divide_half");
 }
 
 void allreduce_mean_half(Communicator& comm, void* buf, std::size_t count, DType dtype, DividePlacement placement) {
   require_half(dtype, "allreduce_mean_half");
   const auto world = static_cast<float>(comm.world_size());
-  // TODO(student): W = 1: nothing to do (return). kPre: divide_half(buf, W), then
-  //   comm.allreduce(buf, count, dtype, ReduceOp::kSum).wait(). kPost: the allreduce
-  //   first, then divide_half(buf, W).
+  // TODO(student): On return every rank's buf holds the mean over the W ranks, with the division placed
+  //   before or after a ReduceOp::kSum allreduce on `comm` as `placement` says (Note [Where
+  //   to divide]), the allreduce waited for; with one rank buf is unchanged (handout Task A).
   throw dtl::NotImplemented("allreduce_mean_half");
 }
 

@@ -90,13 +90,11 @@ MixedPrecisionTrainer::MixedPrecisionTrainer(Communicator& comm, nn::Model& mode
   DTL_REQUIRE_ARG(options_.bucket_cap_bytes > 0, "MixedPrecisionTrainer", "options.bucket_cap_bytes", "is 0");
   const std::vector<nn::Parameter*> params = model_.parameters();
   const bool half = options_.precision != Precision::kF32;
-  // TODO(student): Flatten the model (nn::flatten_values / nn::flatten_grads): into kOther when half
-  //   (the compute copies), into kParameters / kGradients for fp32. Broadcast rank 0's
-  //   flat values (comm_.broadcast(..., 0).wait()). fp32: master_, working_ and grads_
-  //   are the flat values/grads themselves. Half: master_ = a clone of the values in
-  //   kOptimizerState; working_ (kParameters) and grads_ (kGradients) new 1-D tensors of
-  //   precision_dtype(); working_ = round(master_), compute values = widen(working_)
-  //   (nn::convert both). Then adamw_ over parameter_count() elements.
+  // TODO(student): Set up the buffers of the class comment in lab05/mixed.h and Note [Master weights]:
+  //   compute copies, master, working copy and gradients in the dtypes and MemoryCategory
+  //   each is charged to (MixedMemory.* checks the bytes exactly), every rank starting from
+  //   rank 0's weights, the working copy the master rounded and the compute values the
+  //   working copy widened, and adamw_ over the master (handout Task C).
   throw dtl::NotImplemented("MixedPrecisionTrainer::MixedPrecisionTrainer");
 }
 
@@ -104,18 +102,13 @@ StepResult MixedPrecisionTrainer::step(const nn::Tensor& x, const nn::Tensor& ta
   StepResult result;
   result.scale = scaler_->scale();
   const bool half = options_.precision != Precision::kF32;
-  // TODO(student): 1. zero_grad, forward, the loss (loss_.forward); result.loss = its mean over the
-  //      ranks (a double allreduced with ReduceOp::kAvg).
-  //   2. backward of the scaled loss: model_.backward(loss_.backward(result.scale)).
-  //   3. result.rounding = round_grads() (grads_ = round16(compute_grads_)).
-  //   4. Average grads_ in buckets of at most bucket_cap_bytes (consecutive slices of the
-  //      flat buffer): average_bucket(offset, count) for each. Count result.buckets,
-  //      comm_bytes, comm_seconds (clock_seconds()).
-  //   5. found = scaler_->unscale_and_check(comm_, grads_, compute_grads_); result.skipped = found.
-  //   6. Not found: adamw_->step(master, compute grads); half: working_ = round(master_),
-  //      compute values = widen(working_). Then scaler_->update(found) either way.
-  //   Reach tasks A and B only through round_grads(), average_bucket() and scaler_
-  //   (See StepHooks): the grading tests put their own oracles there.
+  // TODO(student): One step exactly as the class comment of MixedPrecisionTrainer lists it, filling every
+  //   field of `result` (returned below; scale is set above) (the loss averaged over ranks in
+  //   fp64; buckets of at most bucket_cap_bytes). A step any rank found an inf in is skipped
+  //   on every rank: weights and AdamW state untouched, only the scaler updated. Master and
+  //   working copy stay bit-identical on all ranks. Reach tasks A and B only through
+  //   round_grads(), average_bucket() and scaler_ (see StepHooks): the grading tests put
+  //   their own oracles there (handout Task C).
   throw dtl::NotImplemented("MixedPrecisionTrainer::step");
   return result;
 }

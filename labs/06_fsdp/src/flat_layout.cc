@@ -33,9 +33,11 @@ FlatLayout make_flat_layout(std::span<const std::int64_t> numels, int world_size
   FlatLayout layout;
   layout.world_size = world_size;
   layout.numels.assign(numels.begin(), numels.end());
-  // TODO(student): offsets: each parameter starts where the previous one ended (a running sum);
-  //   numel: the sum; padded: numel rounded up to a multiple of world_size;
-  //   shard: padded / world_size.
+  // TODO(student): Complete `layout` (returned below) as Note [FlatParameter] (lab06/fsdp.h) defines it:
+  //   each parameter's offset with the parameters laid end to end in forward order, numel
+  //   their total, padded the smallest multiple of world_size not below numel, shard padded /
+  //   world_size (the header's example must come out; handout Task A). The argument checks
+  //   are written above.
   throw dtl::NotImplemented("make_flat_layout");
   return layout;
 }
@@ -49,10 +51,11 @@ std::vector<ShardSource> reshard_sources(std::int64_t numel, int old_world_size,
   DTL_REQUIRE_ARG(new_rank >= 0 && new_rank < new_world_size, "reshard_sources", "new_rank",
                   "is " + std::to_string(new_rank) + "; it must be in [0, " + std::to_string(new_world_size) + ")");
   std::vector<ShardSource> sources;
-  // TODO(student): Old shard size S = ceil(numel / W), new S' = ceil(numel / W'). The new shard's
-  //   real elements are [new_rank S', min((new_rank + 1) S', numel)). Walk them:
-  //   element e lies in old shard e / S at offset e % S; take as many elements as
-  //   remain in that old shard (and in the new range) as one ShardSource, and go on.
+  // TODO(student): Fill `sources` (returned below) with the ShardSource slices the header of
+  //   reshard_sources() specifies: together they cover the real elements of new_rank's new
+  //   shard exactly once, in increasing new_offset, each slice inside one old shard, count >
+  //   0; nothing for padding (the header's example must come out; handout Task A, Note
+  //   [Sharded checkpoints]).
   throw dtl::NotImplemented("reshard_sources");
   return sources;
 }

@@ -22,17 +22,17 @@ namespace dtl::lab06 {
 
 void ShardedTrainer::upload_shard(int u) {
   UnitState& st = units_.at(static_cast<std::size_t>(u));
-  // TODO(student): full_values is allocated. Copy st.shard (host) into this rank's own slice of it,
-  //   full_values.view(rank * shard, {shard}) (Tensor::copy_from), and add the slice's
-  //   bytes (shard * 4) to current_.host_to_device_bytes.
+  // TODO(student): With full_values allocated, put this rank's host shard into its own slice of
+  //   full_values and count the bytes copied in current_.host_to_device_bytes (Note [CPU
+  //   offload], handout Task E).
   throw dtl::NotImplemented("ShardedTrainer::upload_shard");
 }
 
 void ShardedTrainer::download_grad_shard(int u) {
   UnitState& st = units_.at(static_cast<std::size_t>(u));
-  // TODO(student): The reduce-scatter has completed into this rank's own slice of full_grads. Copy
-  //   that slice into st.grad_shard (host) and add shard * 4 to
-  //   current_.device_to_host_bytes.
+  // TODO(student): After the in-place reduce-scatter, copy this rank's averaged gradient slice of
+  //   full_grads into the host grad_shard and count the bytes in
+  //   current_.device_to_host_bytes (Note [CPU offload], handout Task E).
   throw dtl::NotImplemented("ShardedTrainer::download_grad_shard");
 }
 

@@ -41,8 +41,8 @@ std::vector<Action> gpipe_schedule(int stages, int stage, int micro_batches) {
   check_schedule_args("gpipe_schedule", stages, stage, micro_batches);
   std::vector<Action> schedule;
   schedule.reserve(2 * static_cast<std::size_t>(micro_batches));
-  // TODO(student): Every forward, F0 .. F(m-1), then every backward, B0 .. B(m-1). The stage does
-  //   not matter: each stage runs the same order, shifted in time by the pipeline.
+  // TODO(student): Fill `schedule` (returned below) with GPipe's 2m actions for this stage, as Note [GPipe
+  //   and 1F1B] defines the order (handout Task B). The argument checks are written above.
   throw dtl::NotImplemented("gpipe_schedule");
   return schedule;
 }
@@ -51,9 +51,15 @@ std::vector<Action> one_f_one_b_schedule(int stages, int stage, int micro_batche
   check_schedule_args("one_f_one_b_schedule", stages, stage, micro_batches);
   std::vector<Action> schedule;
   schedule.reserve(2 * static_cast<std::size_t>(micro_batches));
-  // TODO(student): Warm-up: w = min(P - s - 1, m) forwards F0 .. F(w-1), enough to fill the stages
-  //   after this one. Steady state: F(w + j) then B(j), for j = 0 .. m - w - 1.
-  //   Cool-down: the backwards that are left, B(m - w) .. B(m - 1).
+  // TODO(student): Fill `schedule` (returned below) with 1F1B's 2m actions for stage s of P with m
+  //   micro-batches (Note [GPipe and 1F1B], handout Task B): forwards in order F0 .. F(m-1),
+  //   backwards in order B0 .. B(m-1), each micro-batch's F before its B; after a warm-up of
+  //   forwards the stage strictly alternates one forward and one backward until the forwards
+  //   run out, then runs the remaining backwards. The warm-up is the shortest one that keeps
+  //   this stage from waiting on the stages after it in the steady state (balanced stages),
+  //   and never more than m forwards: work out how long that is. Schedules.* checks the order
+  //   against an independent rule; the worked example P = 3, m = 4 in the handout must come
+  //   out.
   throw dtl::NotImplemented("one_f_one_b_schedule");
   return schedule;
 }

@@ -117,43 +117,44 @@ void PipelineStage::post_receive(const Action& action) {
   if (forward ? stage_ == 0 : stage_ == stages_ - 1) return;
   Pending& p = (forward ? activation_recv_ : gradient_recv_)[static_cast<std::size_t>(i)];
   if (p.posted) return;
-  // TODO(student): Allocate the buffer (kCommunication, f32): an activation has the stage's input
-  //   shape, a gradient its output shape, each with micro-batch i's rows
-  //   (micro_batch_rows, with_rows). MPI_Irecv it from stage s-1 with activation_tag(i),
-  //   or from s+1 with gradient_tag(i), on comm_. Mark it posted.
+  // TODO(student): Post the nonblocking receive of this action's message on comm_ into a new
+  //   kCommunication f32 buffer of the right shape for micro-batch i's rows (an activation:
+  //   the stage's input shape; a gradient: its output shape), from the neighbour that sends
+  //   it, on its tag (activation_tag(i), gradient_tag(i)); mark it posted (Note
+  //   [Deadlock-free ordering], handout Task C).
   throw dtl::NotImplemented("PipelineStage::post_receive");
 }
 
 void PipelineStage::post_receives(std::span<const Action> schedule, std::size_t k) {
-  // TODO(student): Post the receive of action k, and one ahead: of the next forward and of the next
-  //   backward after k. A receive posted before its message arrives lets the sender's
-  //   MPI_Isend complete at once, even above the eager limit.
+  // TODO(student): Before action k runs, make sure its own receive is posted, and post receives ahead far
+  //   enough that no neighbour's MPI_Isend of a message this stage will need waits on a
+  //   receive posted late, at any message size, for any valid schedule of either kind (Note
+  //   [Deadlock-free ordering]). post_receive() ignores a receive already posted.
   throw dtl::NotImplemented("PipelineStage::post_receives");
 }
 
 nn::Tensor PipelineStage::wait_receive(const Action& action) {
   Pending& p =
       (action.pass == Pass::kForward ? activation_recv_ : gradient_recv_)[static_cast<std::size_t>(action.micro_batch)];
-  // TODO(student): MPI_Wait on the receive (a blocking wait: this is where a stage idles in the
-  //   bubble) and hand the buffer over; the Pending keeps no handle to it.
+  // TODO(student): Block until the posted receive of this action completes (this is where a stage idles in
+  //   the bubble) and return its buffer; the Pending keeps no handle to it.
   throw dtl::NotImplemented("PipelineStage::wait_receive");
 }
 
 void PipelineStage::send(const nn::Tensor& t, int peer, int tag) {
-  // TODO(student): Copy t into a kCommunication buffer (the layer may overwrite or free t before
-  //   the send completes), MPI_Isend the copy to peer with tag on comm_, and keep both
-  //   in sends_ until the send completes.
+  // TODO(student): Send t to peer on comm_ with `tag` without blocking, from a kCommunication copy of its
+  //   own (the layer may overwrite or free t before the send completes); keep copy and
+  //   request in sends_ until the send completes (Note [Deadlock-free ordering]).
   throw dtl::NotImplemented("PipelineStage::send");
 }
 
 void PipelineStage::test_sends() {
-  // TODO(student): MPI_Test each send in flight and drop the completed ones (their copies are freed).
+  // TODO(student): Drop (and so free) every send in sends_ that has completed; never block.
   throw dtl::NotImplemented("PipelineStage::test_sends");
 }
 
 void PipelineStage::wait_sends() {
-  // TODO(student): MPI_Waitall over the sends in flight, then drop them. Every one has a matching
-  //   receive in the neighbour's schedule, so this completes.
+  // TODO(student): Return once every send in sends_ has completed, with sends_ empty.
   throw dtl::NotImplemented("PipelineStage::wait_sends");
 }
 
@@ -164,14 +165,14 @@ void PipelineStage::wait_sends() {
 void PipelineStage::forward(int i, const nn::Tensor& x, const nn::Tensor& targets) {
   const RowRange rows = micro_batch_rows(batch_, options_.micro_batches, i);
   Event event{Pass::kForward, i, version_, 0.0, 0.0};
-  // TODO(student): The input: rows of x on stage 0 (row_view, no copy), else the received activation
-  //   (wait_receive). Then the compute, timed (event.begin_seconds, end_seconds): stash
-  //   the weights if options_.stash (save(i, version_)); set_slot(i); forward; on the
-  //   last stage also the loss of these rows, added to the step's loss with weight
-  //   rows/B, and its gradient backward(rows/B) kept (a kCommunication clone) for B(i).
-  //   After the compute: not the last stage, send the output to s+1 with
-  //   activation_tag(i). Keep the input for B(i) (checkpointing needs it); with
-  //   options_.checkpoint, release the slot now.
+  // TODO(student): Run F(i) on this stage (handout Task C): its input is micro-batch i's rows of x on
+  //   stage 0 (no copy), else the activation received from stage s-1. The compute is timed
+  //   into `event`; it uses activation slot i (Note [Activation slots]) and, with
+  //   options_.stash, saves the weights for micro-batch i first (Note [Weight stashing]). On
+  //   the last stage, add this micro-batch's loss to the step's loss weighted by rows / B and
+  //   keep its loss gradient, scaled by rows / B, for B(i) (Note [GPipe and 1F1B]). Other
+  //   stages send the output to s+1 with activation_tag(i). Keep the input until B(i); with
+  //   options_.checkpoint release the slot now (Note [Activation checkpointing]).
   throw dtl::NotImplemented("PipelineStage::forward");
   events_.push_back(event);
   if (options_.timeline != nullptr) {
@@ -182,12 +183,13 @@ void PipelineStage::forward(int i, const nn::Tensor& x, const nn::Tensor& target
 
 void PipelineStage::backward(int i) {
   Event event{Pass::kBackward, i, version_, 0.0, 0.0};
-  // TODO(student): The gradient: the kept loss gradient on the last stage, else the received one
-  //   (wait_receive). Then the compute, timed: with a stash, begin_backward(i) (its
-  //   version is the event's); set_slot(i); with options_.checkpoint, forward the kept
-  //   input again first; backward. After it: not stage 0, send dx to s-1 with
-  //   gradient_tag(i). Release the slot, drop what micro-batch i kept, and with a
-  //   stash, end_backward(i).
+  // TODO(student): Run B(i) on this stage (handout Task C): its output gradient is the kept loss gradient
+  //   on the last stage, else the one received from s+1. The compute is timed into `event`,
+  //   runs in slot i with micro-batch i's stashed weights when options_.stash (the event's
+  //   version is the stash's), and with options_.checkpoint recomputes the forward from the
+  //   kept input first. Gradients accumulate over the micro-batches. Stage s > 0 sends dx to
+  //   s-1 with gradient_tag(i). Afterwards nothing of micro-batch i is kept (slot released,
+  //   input and loss gradient dropped, stash ended).
   throw dtl::NotImplemented("PipelineStage::backward");
   events_.push_back(event);
   if (options_.timeline != nullptr) {
@@ -224,9 +226,11 @@ double PipelineStage::train_step(const nn::Tensor& x, const nn::Tensor& targets,
   gradient_recv_.assign(m, Pending{});
   inputs_.assign(m, nn::Tensor());
   loss_grads_.assign(m, nn::Tensor());
-  // TODO(student): For each action k of the schedule, in order: post_receives(schedule, k), run
-  //   forward(i, x, targets) or backward(i), then test_sends() to free what has gone.
-  //   At the end wait_sends(): nothing may be in flight when the step returns.
+  // TODO(student): Run the schedule's actions in order, forwards through forward() and backwards through
+  //   backward() (which add the loss into step_loss_, returned below on the last stage), with
+  //   every message's receive posted in time (post_receives()) and completed sends freed as
+  //   you go; when the step returns no send or receive is still in flight (Note
+  //   [Deadlock-free ordering], handout Task C).
   throw dtl::NotImplemented("PipelineStage::train_step");
   return stage_ == stages_ - 1 ? step_loss_ : 0.0;
 }

@@ -34,8 +34,9 @@ void WeightStash::save(int micro_batch, int version) {
   }
   DTL_REQUIRE_ARG(!copies_[static_cast<std::size_t>(micro_batch)].defined(), "WeightStash::save", "micro_batch",
                   std::to_string(micro_batch) + " already has a stashed copy (a second forward before its backward?)");
-  // TODO(student): Keep a copy of the weights as they are now (clone, MemoryCategory::kParameters)
-  //   and the version, at index micro_batch; count it and keep the peak up to date.
+  // TODO(student): Keep a copy of the weights as they are now (MemoryCategory::kParameters) and the
+  //   current version for micro_batch, and keep the count and the peak count of stashed
+  //   copies up to date (Note [Weight stashing], handout Task D).
   throw dtl::NotImplemented("WeightStash::save");
 }
 
@@ -46,9 +47,9 @@ int WeightStash::begin_backward(int micro_batch) {
                   std::to_string(micro_batch) + " has no stashed copy (save() it at its forward)");
   DTL_REQUIRE_ARG(in_backward_ < 0, "WeightStash::begin_backward", "micro_batch",
                   "the backward of micro-batch " + std::to_string(in_backward_) + " has not ended");
-  // TODO(student): Keep the newest weights aside (a clone into newest_), copy micro_batch's stashed
-  //   copy into the weights (copy_from: same storage, so the model sees it), remember
-  //   which backward is running, and return the stashed version.
+  // TODO(student): Until end_backward(micro_batch), the model computes with micro_batch's stashed weights
+  //   (the weights tensor itself must hold them: the model reads that storage), the newest
+  //   weights are kept aside, and the stashed version is returned (Note [Weight stashing]).
   throw dtl::NotImplemented("WeightStash::begin_backward");
 }
 
@@ -56,8 +57,8 @@ void WeightStash::end_backward(int micro_batch) {
   DTL_REQUIRE_ARG(micro_batch == in_backward_ && micro_batch >= 0, "WeightStash::end_backward", "micro_batch",
                   "is " + std::to_string(micro_batch) + ", but the backward that began is " +
                       (in_backward_ < 0 ? std::string("none") : std::to_string(in_backward_)));
-  // TODO(student): Copy the newest weights back into the weights, then drop newest_ and
-  //   micro_batch's copy (assign an empty Tensor: the storage is freed) and count down.
+  // TODO(student): Put the newest weights back into the weights tensor and free both the aside copy and
+  //   micro_batch's stashed copy, counting it down (Note [Weight stashing]).
   throw dtl::NotImplemented("WeightStash::end_backward");
 }
 

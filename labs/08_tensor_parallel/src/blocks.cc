@@ -63,9 +63,10 @@ ParallelSelfAttention::ParallelSelfAttention(nn::CausalSelfAttention& full, Comm
       channels_(full.qkv().weight().value.dim(1)),
       heads_(full.heads()),
       local_heads_(local_heads(full, tp)) {
-  // TODO(student): qkv_: a ColumnParallelLinear of full.qkv() with groups = 3 (q, k and v are each
-  //   cut by heads; See Note [Splitting a fused projection]); proj_: a
-  //   RowParallelLinear of full.proj(). Both with the sequence_parallel flag.
+  // TODO(student): Build this rank's share of `full` (Note [Heads split]): qkv_ a ColumnParallelLinear of
+  //   full.qkv() whose local output is [q | k | v] for this rank's NH/T heads (Note
+  //   [Splitting a fused projection]), proj_ a RowParallelLinear of full.proj(), both with
+  //   the sequence_parallel flag (handout Task B).
   throw dtl::NotImplemented("ParallelSelfAttention");
 }
 
@@ -97,18 +98,21 @@ const nn::Tensor& ParallelSelfAttention::forward(const nn::Tensor& x) {
   detail::require_input(x, qkv_->local().weight().value.dtype(), channels_, name_, "x");
   output_shape(x.shape());  // checks (B, T, C)
   Cache& cache = caches_.at(slot_);
-  // TODO(student): cache.qkv = qkv_->forward(x), (B, T, 3C/T) for this rank's heads. Make
-  //   cache.att (B, NH/T, T, T) and cache.out (B, T, C/T) with detail::ensure(), run
-  //   nn::attention_core_forward() on local_heads_ heads, then proj_->forward(out).
+  // TODO(student): Return the attention's output y (B, T, C) as the full layer computes it (up to the
+  //   order of sums), computing only this rank's heads: nn::attention_core_forward() on
+  //   local_heads_ heads between qkv_ and proj_, its buffers (cache.qkv, cache.att,
+  //   cache.out) in `cache`, made with detail::ensure(). The only communication is the
+  //   parallel layers' own (handout Task B).
   throw dtl::NotImplemented("ParallelSelfAttention::forward");
 }
 
 const nn::Tensor& ParallelSelfAttention::backward(const nn::Tensor& dy, const nn::GradReadyFn& grad_ready) {
   Cache& cache = caches_.at(slot_);
   DTL_REQUIRE_ARG(cache.qkv.defined(), (name_ + ".backward").c_str(), "dy", "came before any forward in this slot");
-  // TODO(student): The reverse: dout = proj_->backward(dy); cache.dqkv (the shape of cache.qkv)
-  //   from nn::attention_core_backward(); then qkv_->backward(dqkv), which returns
-  //   the whole dx (its allreduce is f's backward).
+  // TODO(student): Return dL/dx, the whole of it on every rank (as the full layer's backward), with this
+  //   rank's parameter gradients accumulated, through proj_, nn::attention_core_backward()
+  //   and qkv_ (cache.dqkv shaped like cache.qkv). The only communication is the parallel
+  //   layers' own (handout Task B).
   throw dtl::NotImplemented("ParallelSelfAttention::backward");
 }
 
@@ -126,11 +130,12 @@ std::unique_ptr<nn::Layer> make_parallel_mlp_block(nn::Layer& full, Communicator
                   "holds '" + act.name() + "', a " + act.kind() + ", where GELU or ReLU was expected");
   nn::Linear& proj = expect<nn::Linear>(*seq.layers()[3], function, "a Linear (proj)");
   std::vector<std::unique_ptr<nn::Layer>> layers;
-  // TODO(student): Four layers, in order: copy_layer_norm(ln) (replicated), fc as a
-  //   ColumnParallelLinear, a new activation of act's kind and name (nn::GELU or
-  //   nn::ReLU: elementwise, on the slices), proj as a RowParallelLinear; both
-  //   parallel layers with options.sequence_parallel. Then wrap them as the full
-  //   block is: a Residual named full.name() around a Sequential named seq.name().
+  // TODO(student): Return the tensor-parallel twin of the full MLP block: the same layers in the same
+  //   order and with the same names (the LayerNorm replicated via copy_layer_norm(), fc
+  //   column-parallel, a new activation of act's kind and name on the slices, proj
+  //   row-parallel, both with options.sequence_parallel), wrapped as the full block is: a
+  //   Residual named full.name() around a Sequential named seq.name() (Note [Tensor
+  //   parallelism], handout Task B). The layer checks are written above.
   throw dtl::NotImplemented("make_parallel_mlp_block");
 }
 
@@ -141,8 +146,9 @@ std::unique_ptr<nn::Layer> make_parallel_attention_block(nn::Layer& full, Commun
   nn::LayerNorm& ln = expect<nn::LayerNorm>(*seq.layers()[0], function, "a LayerNorm");
   nn::CausalSelfAttention& attn = expect<nn::CausalSelfAttention>(*seq.layers()[1], function, "a CausalSelfAttention");
   std::vector<std::unique_ptr<nn::Layer>> layers;
-  // TODO(student): copy_layer_norm(ln), then a ParallelSelfAttention of attn; the same Residual
-  //   and Sequential names as the full block.
+  // TODO(student): Return the tensor-parallel twin of the full attention block: copy_layer_norm(ln), then
+  //   a ParallelSelfAttention of attn, wrapped with the same Residual and Sequential names as
+  //   the full block (handout Task B).
   throw dtl::NotImplemented("make_parallel_attention_block");
 }
 

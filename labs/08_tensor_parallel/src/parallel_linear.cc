@@ -101,11 +101,10 @@ ColumnParallelLinear::ColumnParallelLinear(nn::Linear& full, Communicator& tp, P
       out_(full.weight().value.dim(0)),
       local_(full.name(), in_, column_local_out(full, tp, options), full.weight().value.dtype(), unused_rng(), 0.0,
              full.bias().value.defined()) {
-  // TODO(student): Copy this rank's rows of the full weight (out, in) into local_.weight() (out/T, in),
-  //   and the same entries of the bias. With g = options_.groups the out rows are g
-  //   blocks of out/g; take piece tp_.rank() (of out/(g T) rows) of each block, in
-  //   block order (See Note [Splitting a fused projection]). Tensor::view(offset,
-  //   shape) and copy_from() copy a run of rows.
+  // TODO(student): Fill local_ (out/T, in) and its bias with this rank's slice of the full layer's rows,
+  //   as Note [Tensor parallelism] cuts them, and with options_.groups > 1 as Note [Splitting
+  //   a fused projection] cuts a fused projection (the tests compare with slices of the full
+  //   model; handout Task A).
   throw dtl::NotImplemented("ColumnParallelLinear");
 }
 
@@ -127,29 +126,30 @@ void ColumnParallelLinear::release_slot(int slot) {
 
 const nn::Tensor& ColumnParallelLinear::forward(const nn::Tensor& x) {
   if (!options_.sequence_parallel) {
-    // TODO(student): f's forward is the identity: every rank has the whole x and multiplies it by
-    //   its own rows. No communication.
+    // TODO(student): Return this rank's slice of y's output features for the whole input x: f's forward
+    //   (Note [f and g]); the communication allowed is f's and no more (Comm.* counts the
+    //   operations).
     throw dtl::NotImplemented("ColumnParallelLinear::forward");
   }
   detail::require_input(x, local_.weight().value.dtype(), in_, name_, "x");
   Cache& cache = caches_.at(slot_);
-  // TODO(student): Sequence parallelism: x holds this rank's rows. All-gather every rank's rows
-  //   into cache.gathered (first dimension T times x's; detail::ensure() makes the
-  //   buffer), then the local layer's forward on all of them.
+  // TODO(student): Sequence parallelism (Note [Sequence parallelism], handout Task D): x holds this rank's
+  //   rows only (dimension 0); return this rank's output features for every rank's rows, with
+  //   one all-gather into cache.gathered (made with detail::ensure()).
   throw dtl::NotImplemented("ColumnParallelLinear::forward_sp");
 }
 
 const nn::Tensor& ColumnParallelLinear::backward(const nn::Tensor& dy, const nn::GradReadyFn& grad_ready) {
   if (!options_.sequence_parallel) {
-    // TODO(student): f's backward: the local layer gives dW_r, db_r and this rank's term dy_r W_r
-    //   of dx; dx is the sum of every rank's term: an allreduce (ReduceOp::kSum), in
-    //   place in the local layer's dx, waited for before returning.
+    // TODO(student): Accumulate this rank's dW and db and return the whole dL/dx, identical on every rank:
+    //   f's backward (Note [f and g]); one collective, waited for before returning.
     throw dtl::NotImplemented("ColumnParallelLinear::backward");
   }
   Cache& cache = caches_.at(slot_);
-  // TODO(student): Sequence parallelism: the local backward gives this rank's term of dx for
-  //   every rank's rows; a reduce-scatter sums the terms and hands each rank its
-  //   own rows (into cache.dx, first dimension 1/T of the local dx's).
+  // TODO(student): Sequence parallelism: accumulate dW and db and return dL/dx for this rank's own rows
+  //   only (first dimension 1/T of the local dx, in cache.dx), complete (summed over every
+  //   rank's contribution), with one collective (Note [Sequence parallelism], handout Task
+  //   D).
   throw dtl::NotImplemented("ColumnParallelLinear::backward_sp");
 }
 
@@ -167,9 +167,9 @@ RowParallelLinear::RowParallelLinear(nn::Linear& full, Communicator& tp, Paralle
       local_(full.name(), row_local_in(full, tp, options), out_, full.weight().value.dtype(), unused_rng(), 0.0,
              /*bias=*/false) {
   if (has_bias_) bias_ = detail::make_parameter(name_ + ".bias", {out_}, full.bias().value.dtype());
-  // TODO(student): Copy this rank's columns of the full weight: for every output row o, columns
-  //   [r in/T, (r+1) in/T) of full row o go to row o of local_.weight() (out, in/T).
-  //   The bias is not split: copy all of it into bias_ (it is added once, after the sum).
+  // TODO(student): Fill local_ (out, in/T) with this rank's slice of the full layer's input columns as
+  //   Note [Tensor parallelism] cuts them, and bias_ with the bias as Note [f and g] says a
+  //   row-parallel layer keeps it (handout Task A).
   throw dtl::NotImplemented("RowParallelLinear");
 }
 
@@ -203,14 +203,15 @@ void RowParallelLinear::release_slot(int slot) {
 const nn::Tensor& RowParallelLinear::forward(const nn::Tensor& x) {
   Cache& cache = caches_.at(slot_);
   if (!options_.sequence_parallel) {
-    // TODO(student): g's forward: the local layer gives this rank's term x_r W_r^T of y. Copy it
-    //   into cache.y (a buffer of our own: detail::ensure()), allreduce (kSum) it in
-    //   place, wait, then add the whole bias once (add_bias()).
+    // TODO(student): x is this rank's slice of the input features; return the whole y (the full layer's
+    //   output, bias included once) on every rank: g's forward (Note [f and g]), one
+    //   collective waited for, the result in a buffer of the layer's own (cache.y via
+    //   detail::ensure()).
     throw dtl::NotImplemented("RowParallelLinear::forward");
   }
   require_rows(x, tp_.world_size(), name_, "x");
-  // TODO(student): Sequence parallelism: the same term for all rows, then a reduce-scatter (kSum)
-  //   into cache.y, which holds this rank's 1/T of the rows; then the bias.
+  // TODO(student): Sequence parallelism: return this rank's 1/T of y's rows (cache.y), complete and with
+  //   the bias, with one collective (Note [Sequence parallelism], handout Task D).
   throw dtl::NotImplemented("RowParallelLinear::forward_sp");
 }
 
@@ -218,14 +219,15 @@ const nn::Tensor& RowParallelLinear::backward(const nn::Tensor& dy, const nn::Gr
   Cache& cache = caches_.at(slot_);
   detail::require_grad(dy, cache.y, name_);
   if (!options_.sequence_parallel) {
-    // TODO(student): g's backward is the identity: every rank has the whole dy. db += the sum of
-    //   dy's rows (add_bias_grad()), announce the bias (detail::notify()), then the
-    //   local layer's backward gives dW_r and dx_r. No communication.
+    // TODO(student): dy is the whole dL/dy on every rank: accumulate db (and announce the bias with
+    //   detail::notify()), dW, and return this rank's slice of dL/dx: g's backward (Note [f
+    //   and g]); no communication.
     throw dtl::NotImplemented("RowParallelLinear::backward");
   }
-  // TODO(student): Sequence parallelism: dy holds this rank's rows. The bias gradient from them
-  //   is a partial sum (allreduce_sequence_parallel_gradients() completes it). Then
-  //   all-gather dy's rows into cache.gathered and run the local backward on them.
+  // TODO(student): Sequence parallelism: dy holds this rank's rows only. Accumulate this rank's part of db
+  //   (completed later by allreduce_sequence_parallel_gradients(); announce it) and dW, and
+  //   return this rank's slice of dL/dx for every rank's rows, with one collective into
+  //   cache.gathered (Note [Sequence parallelism], handout Task D).
   throw dtl::NotImplemented("RowParallelLinear::backward_sp");
 }
 

@@ -35,8 +35,9 @@ VocabParallelEmbedding::VocabParallelEmbedding(nn::Embedding& full, Communicator
   vocab_begin_ = mine.begin;
   vocab_local_ = mine.size;
   weight_ = detail::make_parameter(name_ + ".weight", {vocab_local_, channels_}, full.parameters()[0]->value.dtype());
-  // TODO(student): Copy rows [vocab_begin_, vocab_begin_ + vocab_local_) of the full table (V, C)
-  //   into weight_.value (V/T, C).
+  // TODO(student): Fill weight_.value (V/T, C) with this rank's rows of the full table, the tokens
+  //   [vocab_begin_, vocab_begin_ + vocab_local_) (Note [Vocabulary parallel], handout Task
+  //   C).
   throw dtl::NotImplemented("VocabParallelEmbedding");
 }
 
@@ -58,9 +59,10 @@ const nn::Tensor& VocabParallelEmbedding::forward(const nn::Tensor& x) {
   Cache& cache = caches_.at(slot_);
   cache.x = x;
   detail::ensure(cache.y, output_shape(x.shape()), weight_.value.dtype());
-  // TODO(student): Row i of y (B T rows of C): the row (token - vocab_begin_) of weight_ when the
-  //   token is this rank's, zeros otherwise (detail::ensure() does not zero a reused
-  //   buffer). Then allreduce (kSum) y: exactly one rank wrote each row.
+  // TODO(student): Return the full embedding y (B T rows of C), identical on every rank and equal to the
+  //   full table's lookup, while each rank reads only its own rows of the table; one
+  //   collective (Note [Vocabulary parallel], handout Task C). detail::ensure() does not zero
+  //   a reused buffer.
   throw dtl::NotImplemented("VocabParallelEmbedding::forward");
 }
 
@@ -68,9 +70,9 @@ const nn::Tensor& VocabParallelEmbedding::backward(const nn::Tensor& dy, const n
   static const nn::Tensor kNoGradient;
   Cache& cache = caches_.at(slot_);
   detail::require_grad(dy, cache.y, name_);
-  // TODO(student): Every rank has the whole dy (the allreduce's backward is the identity). Add
-  //   dy's row i into row (token - vocab_begin_) of weight_.grad for this rank's
-  //   tokens only; announce the weight (detail::notify()); return kNoGradient.
+  // TODO(student): dy is the whole dL/dy on every rank. Accumulate into weight_.grad the gradient of this
+  //   rank's rows of the table, announce the weight (detail::notify()) and return
+  //   kNoGradient; no communication (Note [Vocabulary parallel]).
   throw dtl::NotImplemented("VocabParallelEmbedding::backward");
 }
 
@@ -106,12 +108,13 @@ double VocabParallelCrossEntropy::forward(const nn::Tensor& logits, const nn::Te
   detail::ensure(probs_, logits.shape(), logits.dtype());
   const std::size_t rows = static_cast<std::size_t>(n);
   double loss = 0.0;
-  // TODO(student): Per row, in double: this rank's max; all-gather the N maxima of every rank
-  //   (T N values, DType::kF64) and take the max over ranks, M. Then one buffer of
-  //   2N doubles: [sum of exp(z - M) over this rank's columns | the target's logit
-  //   z[target - vocab_begin_] if this rank owns the target, else 0]; allreduce it
-  //   (kSum). loss = mean over rows of log S + M - z_t. Keep probs_ = exp(z - M) / S
-  //   (this rank's columns) for backward.
+  // TODO(student): logits holds this rank's vocabulary columns z_r (N, V/T). Add into `loss` the SUM over
+  //   the N rows (the line below divides by N) of the softmax cross-entropy of the FULL
+  //   logits against targets, without gathering the logits: exactly one all-gather of N f64
+  //   values per rank, then one allreduce (kSum) of 2N values (VocabCrossEntropy.* checks the
+  //   operations and sizes), computed in double, the same on every rank, finite for logits of
+  //   1000. Keep in probs_ (made above) what backward() needs (Note [Vocabulary parallel],
+  //   handout Task C).
   throw dtl::NotImplemented("VocabParallelCrossEntropy::forward");
   return n > 0 ? loss / static_cast<double>(n) : 0.0;
 }
@@ -120,9 +123,9 @@ const nn::Tensor& VocabParallelCrossEntropy::backward(double scale) {
   DTL_REQUIRE_ARG(probs_.defined() && targets_.defined(), "VocabParallelCrossEntropy::backward", "this",
                   "has no forward to go back through");
   detail::ensure(dlogits_, probs_.shape(), probs_.dtype());
-  // TODO(student): dlogits_ = scale (probs_ - onehot) / N on this rank's columns: the onehot is 1
-  //   only at column target - vocab_begin_, on the rank that owns the target. No
-  //   communication.
+  // TODO(student): Fill dlogits_ (made above, returned below) with dL/dlogits for this rank's columns (N,
+  //   V/T) for the loss scaled by `scale`, equal to those columns of the full layer's
+  //   gradient; no communication (Note [Vocabulary parallel]).
   throw dtl::NotImplemented("VocabParallelCrossEntropy::backward");
   return dlogits_;
 }

@@ -59,10 +59,11 @@ std::vector<std::byte> ParameterServer::checkpoint() const {
                   "has steps in flight; checkpoint between runs, when every step is applied");
   std::vector<std::byte> out;
   put(out, kMagic, sizeof kMagic);
-  // TODO(student): Append, as the file header lays out: first_key_, end_key_, W, version_, the
-  //   consistency (int32 each); every clock and every lost flag (int32); the values;
-  //   then per key a has-momentum int32 and, if set, the momentum floats
-  //   (sgd_[i].momentum(), undefined when momentum is 0).
+  // TODO(student): Append this server's whole state to `out` (returned below) in exactly the layout at the
+  //   top of this file (after the magic, written above): the key range, W, the version, the
+  //   consistency model, every clock and lost flag, the values, and each key's momentum
+  //   buffer if it has one. restore() must read it back bit for bit (Note [Checkpoints],
+  //   handout Task E).
   throw dtl::NotImplemented("ParameterServer::checkpoint");
   return out;
 }
@@ -73,10 +74,11 @@ void ParameterServer::restore(std::span<const std::byte> bytes) {
   in.get(magic, sizeof magic);
   DTL_REQUIRE_ARG(std::memcmp(magic, kMagic, sizeof magic) == 0, "ParameterServer::restore", "bytes",
                   "do not start with the checkpoint's magic \"DTLPS09\"");
-  // TODO(student): Read the header back and refuse (InvalidArgument naming "bytes") a checkpoint of
-  //   another key range, worker count or consistency model; then the clocks and lost flags
-  //   (clock_.assign), the version, the values, and each key's momentum (copy into
-  //   sgd_[i].momentum()'s span; refuse a mismatch of has-momentum); nothing may be left over.
+  // TODO(student): Read the layout at the top of this file back into this server: afterwards clocks, lost
+  //   flags, version, values and momentum are exactly the checkpointed ones. Throw
+  //   dtl::InvalidArgument naming "bytes" for a checkpoint of another key range, worker count
+  //   or consistency model, a has-momentum flag that does not match this server's optimizer,
+  //   too few bytes, or bytes left over (Note [Checkpoints], handout Task E).
   throw dtl::NotImplemented("ParameterServer::restore");
 }
 

@@ -27,25 +27,29 @@ int VectorClock::tick(int worker) {
                   "is " + std::to_string(worker) + "; it must be in [0, " + std::to_string(workers()) + ")");
   DTL_REQUIRE_ARG(!lost_[static_cast<std::size_t>(worker)], "VectorClock::tick", "worker",
                   std::to_string(worker) + " was lost; a lost worker's clock no longer moves");
-  // TODO(student): One more completed step for this worker; return its new clock.
+  // TODO(student): Worker `worker` completed one more step: return its new clock (the checks are written
+  //   above).
   throw dtl::NotImplemented("VectorClock::tick");
 }
 
 void VectorClock::lose(int worker) {
   DTL_REQUIRE_ARG(worker >= 0 && worker < workers(), "VectorClock::lose", "worker",
                   "is " + std::to_string(worker) + "; it must be in [0, " + std::to_string(workers()) + ")");
-  // TODO(student): Mark it lost (its clock stays as it was, for the record).
+  // TODO(student): Mark the worker lost, so that it no longer holds the minimum back; its clock stays as
+  //   it was.
   throw dtl::NotImplemented("VectorClock::lose");
 }
 
 int VectorClock::min() const {
-  // TODO(student): The smallest clock of a live worker; if every worker is lost, the largest clock
-  //   (nobody holds the others back any more).
+  // TODO(student): Return the smallest clock of a live worker, or the largest clock of all when every
+  //   worker is lost, as the header documents (Note [Vector clock]).
   throw dtl::NotImplemented("VectorClock::min");
 }
 
 bool VectorClock::may_read(Consistency model, int staleness, int clock, int version) {
-  // TODO(student): BSP: version >= clock. SSP: version >= clock - staleness. ASP: always.
+  // TODO(student): Return whether a pull at `clock` may be answered with `version` under `model`, by the
+  //   rule the header's may_read() and Note [Consistency models] define for BSP,
+  //   SSP(staleness) and ASP.
   throw dtl::NotImplemented("VectorClock::may_read");
 }
 

@@ -60,11 +60,12 @@ void Engine::push(std::string name, std::function<void()> fn, std::vector<Var> r
                       "names variable " + std::to_string(v) + "; there are " + std::to_string(vars_.size()));
     }
   }
-  // TODO(student): A variable in both lists is mutated. For each variable only read: depend() on its
-  //   last mutator, then join its readers (drop its finished readers first). For each
-  //   variable mutated: depend() on its last mutator and on each of its readers, then it is
-  //   the last mutator and the readers are cleared. Add the op to all_; with no unfinished
-  //   dependency it goes to ready_ (notify a pool thread).
+  // TODO(student): Add an operation that reads `reads` and mutates `mutates` (a var in both lists counts
+  //   as mutated) so that it runs only after every earlier-pushed operation it conflicts with
+  //   has finished: a read after the last earlier write of that var, a write after the last
+  //   earlier write and every earlier read since. Operations that do not conflict may run at
+  //   once. Once nothing it depends on is unfinished it goes to ready_ and a pool thread is
+  //   woken (Note [Dependencies], handout Task F).
   throw dtl::NotImplemented("Engine::push");
 }
 
@@ -95,8 +96,9 @@ void Engine::run_pool() {
 
 void Engine::finish(const std::shared_ptr<Op>& op) {
   std::lock_guard<std::mutex> lock(mutex_);
-  // TODO(student): Mark it finished; each dependent's waiting count drops by one, and one at 0 goes to
-  //   ready_ (notify); clear its dependents; remove it from all_; wake the waiters (done_cv_).
+  // TODO(student): `op` has run: mark it finished, release every operation that was waiting only on it
+  //   (ready_, wake a pool thread), forget it (all_) and wake whoever waits for operations to
+  //   finish (done_cv_).
   throw dtl::NotImplemented("Engine::finish");
 }
 

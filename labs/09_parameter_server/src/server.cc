@@ -108,10 +108,12 @@ ServerReport ParameterServer::run() {
   const int W = group_->workers();
   std::fill(last_heard_.begin(), last_heard_.end(), MPI_Wtime());
   std::fill(done_.begin(), done_.end(), false);
-  // TODO(student): Until every worker is done or lost: MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG); if a
-  //   message is there, MPI_Get_count its bytes, MPI_Recv it and handle() it. Otherwise
-  //   complete_sends(), find_lost_workers(MPI_Wtime()) and sleep a few microseconds
-  //   (the workers need the cores). Then wait (up to the timeout) for the replies in flight.
+  // TODO(student): Serve until every worker is done or lost: receive every message from any worker and
+  //   handle() it, and while no message is waiting complete finished sends, detect silent
+  //   workers (find_lost_workers(MPI_Wtime())) and leave the cores to the workers (never
+  //   spin, never block in a receive). Before leaving, give the replies still in flight up to
+  //   the timeout to complete (complete_sends()); the code below deals with any left (Note
+  //   [The protocol], Note [Silent workers], handout Task C).
   throw dtl::NotImplemented("ParameterServer::run");
   if (!send_requests_.empty()) {
     const std::size_t left = send_requests_.size();
@@ -168,12 +170,11 @@ void ParameterServer::on_push(int worker, const Message& m) {
   events_.push_back({EventKind::kPush, worker, clock_.at(worker), version_, clock_.min(), key, step});
   if (report_.failed) return;  // BSP lost a worker: nothing is applied any more
   const std::int64_t begin = group_->key_offsets()[static_cast<std::size_t>(key)] - base_;
-  // TODO(student): ASP: apply it now: the gradient times 1/W (a float), sgd_[key - first_key_].step() on
-  //   the key's values; log an EventKind::kApply (worker, version_).
-  //   BSP/SSP: the step must not be applied yet (step >= version_, else throw naming the
-  //   worker, key and step). Keep it in pending_[step - version_][worker] (grow pending_ as
-  //   needed; a worker's entry holds our whole range, sized on its first push), at the key's
-  //   offset in our range (begin).
+  // TODO(student): A worker's gradient for one key at step `step` (Note [Consistency models]). ASP:
+  //   applied to the key's values at once, scaled by 1/W, through the key's optimizer sgd_,
+  //   and logged as EventKind::kApply. BSP/SSP: not applied yet, only kept until the step is
+  //   complete (a push for a step already applied throws, naming the worker, key and step);
+  //   apply_ready_steps() applies it.
   throw dtl::NotImplemented("ParameterServer::on_push");
 }
 
@@ -182,8 +183,9 @@ void ParameterServer::on_clock(int worker, const Message& m) {
     throw Error("server " + std::to_string(server_) + ": worker " + std::to_string(worker) + " ended step " +
                 std::to_string(m.a) + " but its clock is " + std::to_string(clock_.at(worker)));
   }
-  // TODO(student): Tick the worker's clock, log an EventKind::kClock (clock = its new clock), then
-  //   apply_ready_steps() and answer_ready_pulls(): a clock is what lets both move.
+  // TODO(student): The worker finished a step: its clock moves by one (logged as EventKind::kClock with
+  //   the new clock), and whatever that makes possible happens now: complete steps applied,
+  //   waiting pulls answered (Note [Vector clock]).
   throw dtl::NotImplemented("ParameterServer::on_clock");
 }
 
@@ -198,24 +200,24 @@ void ParameterServer::on_pull(int worker, const Message& m) {
     reply_failed(worker, key, report_.error);
     return;
   }
-  // TODO(student): Answer now (reply()) if VectorClock::may_read(model, staleness, clock, version_),
-  //   else keep it in deferred_.
+  // TODO(student): Answer the pull now with reply() if VectorClock::may_read() allows it under this run's
+  //   consistency model and staleness, else defer it until it may (handout Task C).
   throw dtl::NotImplemented("ParameterServer::on_pull");
 }
 
 void ParameterServer::apply_ready_steps() {
-  // TODO(student): ASP: version_ = the clock's minimum; nothing else (pushes were applied on arrival).
-  //   BSP/SSP: while the minimum > version_: step t = version_ is complete. Its gradient is
-  //   the mean over the workers whose clock > t (they pushed it; a lost worker's too if it
-  //   had), summed in worker order (float, deterministic), divided by their count. One
-  //   sgd_ step per key over its part of the range; ++version_; drop pending_'s front; log
-  //   an EventKind::kApply (version = the new version_).
+  // TODO(student): Bring version_ up to what the vector clock allows (Note [Vector clock]). ASP: version_
+  //   follows the clock's minimum (pushes were applied on arrival). BSP/SSP: apply every step
+  //   that every live worker has clocked past, oldest first: the mean of that step's
+  //   gradients over the workers that pushed it (a lost worker's too if it did), summed in
+  //   worker order so that the result is deterministic, one optimizer step per key; one
+  //   EventKind::kApply per step with the new version.
   throw dtl::NotImplemented("ParameterServer::apply_ready_steps");
 }
 
 void ParameterServer::answer_ready_pulls() {
-  // TODO(student): Every deferred pull that may_read() now is answered (reply()) and removed; the others stay,
-  //   in arrival order.
+  // TODO(student): Answer (reply()) and remove every deferred pull that may_read() now allows; the others
+  //   stay deferred, in arrival order.
   throw dtl::NotImplemented("ParameterServer::answer_ready_pulls");
 }
 
@@ -223,18 +225,19 @@ void ParameterServer::find_lost_workers(double now) {
   const double timeout = group_->options().timeout_seconds;
   for (int w = 0; w < clock_.workers(); ++w) {
     const double silent = now - last_heard_[static_cast<std::size_t>(w)];
-    // TODO(student): A worker that is live, not done, has no pull waiting here (waiting_here()) and
-    //   has been silent for longer than the timeout is lost: lose(w, silent).
+    // TODO(student): Lose (lose(w, silent)) a worker that is live, not done, not waiting on a pull at this
+    //   server, and silent for longer than the timeout (Note [Silent workers]).
     throw dtl::NotImplemented("ParameterServer::find_lost_workers");
   }
 }
 
 void ParameterServer::lose(int worker, double silent_seconds) {
-  // TODO(student): clock_.lose(worker); add it to report_.lost; log an EventKind::kLost (clock = its clock).
-  //   BSP: report_.failed = true and report_.error = a sentence naming the step (its clock),
-  //   the worker, its rank, this server, the silence and why BSP cannot go on; answer every
-  //   deferred pull with reply_failed() and clear them.
-  //   SSP/ASP: the minimum may have moved: apply_ready_steps(), answer_ready_pulls().
+  // TODO(student): The worker is lost (Note [Silent workers]): the clock stops counting it, report_.lost
+  //   records it and EventKind::kLost is logged with its clock. BSP cannot go on without it:
+  //   set report_.failed and report_.error to a sentence naming the step (its clock), the
+  //   worker, its rank, this server, the silence and why BSP cannot continue, and answer
+  //   every deferred pull with reply_failed(). SSP/ASP go on: whatever the smaller set of
+  //   live workers now allows happens (steps applied, pulls answered).
   throw dtl::NotImplemented("ParameterServer::lose");
 }
 

@@ -29,9 +29,9 @@ std::vector<int> shard_keys(std::span<const std::int64_t> key_sizes, int servers
   }
   DTL_REQUIRE_ARG(servers >= 1 && servers <= keys, "shard_keys", "servers",
                   "is " + std::to_string(servers) + "; it must be in [1, " + std::to_string(keys) + "] (the keys)");
-  // TODO(student): Prefix sums of the sizes; bounds[0] = 0; for s = 0 .. S-2 advance a key index k
-  //   (at least one key past bounds[s]) until the prefix reaches (s + 1) * total / S,
-  //   but stop at keys - (S - 1 - s) so each later range keeps a key; bounds[S] = keys.
+  // TODO(student): Return the S + 1 bounds exactly as the header's shard_keys() defines them (greedy by
+  //   prefix sums, every range non-empty; its example must come out) (Note [Roles and keys],
+  //   handout Task A). The argument checks are written above.
   throw dtl::NotImplemented("shard_keys");
 }
 
@@ -39,7 +39,8 @@ int server_of(std::span<const int> bounds, int key) {
   DTL_REQUIRE_ARG(bounds.size() >= 2 && key >= 0 && key < bounds.back(), "server_of", "key",
                   "is " + std::to_string(key) + "; it must be in [0, " +
                       std::to_string(bounds.empty() ? 0 : bounds.back()) + ")");
-  // TODO(student): The s with bounds[s] <= key < bounds[s + 1] (a binary search, or a loop: S is small).
+  // TODO(student): Return the server whose range [bounds[s], bounds[s + 1]) holds `key` (checks written
+  //   above).
   throw dtl::NotImplemented("server_of");
 }
 

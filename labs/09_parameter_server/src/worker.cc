@@ -104,8 +104,10 @@ void WorkerClient::push(int key, std::span<const float> grad) {
                   "WorkerClient::push", "grad",
                   "has " + std::to_string(grad.size()) + " floats; key " + std::to_string(key) + " has " +
                       std::to_string(group_->key_sizes()[static_cast<std::size_t>(key)]));
-  // TODO(student): A Message (a = key, b = the current clock, values = grad) to the key's server
-  //   (server_of(group bounds, key)) with tag kPush, through send().
+  // TODO(student): Send this worker's gradient for `key` at its current clock to the key's server
+  //   (server_of()) as a kPush Message (a = key, b = clock, values = grad) through send():
+  //   nonblocking, from a copy, never waiting for the server (Note [The protocol], handout
+  //   Task D).
   throw dtl::NotImplemented("WorkerClient::push");
 }
 
@@ -117,29 +119,28 @@ int WorkerClient::pull(int key, std::span<float> out) {
   DTL_REQUIRE_ARG(static_cast<std::int64_t>(out.size()) == count, "WorkerClient::pull", "out",
                   "has " + std::to_string(out.size()) + " floats; key " + std::to_string(key) + " has " +
                       std::to_string(count));
-  // TODO(student): Send a Message (a = key, b = clock) with tag kPull to the key's server. Then poll
-  //   MPI_Improbe(server, kReply + key) until a reply is there (sleep a few microseconds
-  //   between tries; every timeout / 4 seconds send an empty kHeartbeat to every server,
-  //   so no server takes a waiting worker for a dead one); past PsOptions::timeout_seconds
-  //   throw dtl::TimeoutError naming this
-  //   worker, its rank, the server, the key and the clock. MPI_Get_count, MPI_Mrecv, decode
-  //   the header (decode(bytes, 0)); status kFailed: throw StepFailed with its text; else
-  //   decode(bytes, count), copy the values into out and return the version (b).
+  // TODO(student): Ask the key's server for `key` at this worker's clock (kPull, a = key, b = clock) and
+  //   return once its reply is here: its values copied into `out`, its version returned.
+  //   Never block in MPI_Recv; match only this key's reply from that server (other threads
+  //   pull other keys at once). While waiting, keep every server aware that this worker is
+  //   alive (heartbeats, Note [Silent workers]). Past PsOptions::timeout_seconds throw
+  //   dtl::TimeoutError naming this worker, its rank, the server, the key and the clock; a
+  //   kFailed reply throws StepFailed with its text (handout Task D).
   throw dtl::NotImplemented("WorkerClient::pull");
 }
 
 void WorkerClient::clock() {
-  // TODO(student): kClock with a = the current clock to EVERY server (each keeps the vector clock),
-  //   then clock_ + 1.
+  // TODO(student): Tell every server that this worker finished the step at its current clock (kClock, a =
+  //   clock); the clock then moves on by one (Note [Vector clock]).
   throw dtl::NotImplemented("WorkerClient::clock");
 }
 
 void WorkerClient::finish() {
   if (finished_) return;
   finished_ = true;
-  // TODO(student): kDone (an empty Message) to every server, then wait (poll, under the mutex, with
-  //   Impl::reap()) until every send completed; past the timeout throw dtl::TimeoutError
-  //   naming this worker and how many sends are left.
+  // TODO(student): Tell every server this worker is done (kDone), then return once every send of this
+  //   worker has completed; past the timeout throw dtl::TimeoutError naming this worker and
+  //   how many sends are left.
   throw dtl::NotImplemented("WorkerClient::finish");
 }
 
@@ -195,13 +196,13 @@ TrainReport train_worker(WorkerClient& client, nn::Model& model, const BatchFn& 
     try {
       batch(step, x, y);
       min_version = INT_MAX;
-      // TODO(student): Pull every key into its parameter's value: with options.overlap, as engine
-      //   operations that mutate vars[k], and a pre_forward hook (HookGuard restores the
-      //   old one) that waits (Engine::wait_for, the timeout) for the unit's keys; without,
-      //   one after another. Keep the smallest version pulled (under version_mutex).
-      //   zero_grad, forward, loss (ce), backward; with overlap, wait_all. Sleep
-      //   options.delay_seconds. Push every key's gradient; clock(); record the loss and
-      //   the version; ++steps_done.
+      // TODO(student): One step of worker w (the file header; Note [The protocol]): pull every key into
+      //   its parameter's value (with options.overlap through the engine, so that unit u's
+      //   forward waits only for unit u's keys: a pre_forward hook, restored afterwards by
+      //   HookGuard, waiting with the timeout), recording the smallest version pulled (under
+      //   version_mutex); forward, loss, backward on this worker's rows; sleep
+      //   options.delay_seconds; push every key's gradient; clock(); record the loss and
+      //   version and count the step (handout Task D).
       throw dtl::NotImplemented("train_worker");
     } catch (const StepFailed& e) {
       if (engine) {

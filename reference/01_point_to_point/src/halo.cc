@@ -32,10 +32,12 @@ void halo_exchange(MPI_Comm comm, std::span<double> field, std::size_t halo, boo
   const std::size_t n = field.size() - 2 * halo;  // owned cells
 
   // BEGIN SOLUTION(halo_exchange)
-  // | Find left and right neighbours (MPI_PROC_NULL at a non-periodic edge: a
-  // | send or receive with it completes at once and moves nothing). Post
-  // | MPI_Irecv into both ghost regions and MPI_Isend of both edge regions, then
-  // | one MPI_Waitall. The ghosts start at field[0] and field[halo + n].
+  // | On return the left ghosts field[0, halo) hold the left neighbour's last `halo` owned
+  // | cells and the right ghosts field[halo + n, n + 2 halo) its right neighbour's first
+  // | `halo` (layout: handout Task C). With `periodic` the ends wrap around; without it the
+  // | outer ghosts of ranks 0 and P-1 stay untouched. Only MPI_Irecv/MPI_Isend and a wait,
+  // | all on `tag`, no blocking send/receive; correct at every P (1 included) and at any size
+  // | (sections (b), (d)).
   const bool has_left = periodic || rank > 0;
   const bool has_right = periodic || rank < size - 1;
   const int left = has_left ? (rank - 1 + size) % size : MPI_PROC_NULL;

@@ -30,10 +30,11 @@ double ping_pong(MPI_Comm comm, std::span<const std::byte> send_buf, std::span<s
   const int count = to_mpi_count(send_buf.size(), "ping_pong", "send_buf");
 
   // BEGIN SOLUTION(ping_pong)
-  // | The initiator sends send_buf, then receives the echo into recv_buf; the
-  // | responder receives into recv_buf, then sends recv_buf back. Use `tag` for
-  // | every message and name the peer explicitly (no MPI_ANY_SOURCE/ANY_TAG).
-  // | Time the whole loop with MPI_Wtime on the initiator; return seconds per round trip.
+  // | `iterations` round trips of send_buf between initiator and responder on `tag` (peers
+  // | named, no wildcards, one message per direction per iteration, even at 0 bytes). The
+  // | responder echoes what it received (into its recv_buf); the initiator ends with the echo
+  // | in recv_buf and returns the mean seconds per round trip (MPI_Wtime); every other rank
+  // | returns 0.0 and ranks outside the pair send nothing (handout Task A, section (a)).
   if (rank == initiator) {
     const double start = MPI_Wtime();
     for (int i = 0; i < iterations; ++i) {

@@ -54,11 +54,10 @@ void allgather_ring(MPI_Comm comm, std::span<const T> send_buf, std::span<T> rec
   const int count = static_cast<int>(block);
 
   // BEGIN SOLUTION(allgather_ring)
-  // | Copy send_buf into block `rank` of recv_buf. Then, for step = 0 .. size-2,
-  // | MPI_Sendrecv: send block (rank - step) mod size to right = (rank + 1) % size and
-  // | receive block (rank - step - 1) mod size from left = (rank - 1 + size) % size.
-  // | Block k starts at recv_buf.data() + k * block. Exactly size - 1 messages of one
-  // | block each: the tests count them.
+  // | On return recv_buf holds every rank's send_buf, block k (count elements) from rank k,
+  // | on every rank. A ring: each rank talks only to its two neighbours, exactly P - 1
+  // | messages of one block each, all on `tag`, no wildcards, no vendor collective, no
+  // | deadlock at any size (handout Task D, sections (d), (e)).
   std::copy(send_buf.begin(), send_buf.end(), recv_buf.begin() + static_cast<std::ptrdiff_t>(rank * block));
   const int right = (rank + 1) % size;
   const int left = (rank - 1 + size) % size;
@@ -86,11 +85,9 @@ void allgather_recursive_doubling(MPI_Comm comm, std::span<const T> send_buf, st
   const std::size_t block = send_buf.size();
 
   // BEGIN SOLUTION(allgather_recursive_doubling)
-  // | Copy send_buf into block `rank` of recv_buf. Then for mask = 1, 2, 4, ... < size:
-  // | you hold the `mask` blocks of your group, the ranks that agree with you on all
-  // | bits above the low ones: blocks [rank & ~(mask - 1), + mask). Your partner
-  // | rank ^ mask holds the group next to it, blocks [partner & ~(mask - 1), + mask).
-  // | Swap the two ranges with one MPI_Sendrecv.
+  // | Same result as allgather_ring (block k of recv_buf from rank k), in exactly log2 P
+  // | messages per rank and (P - 1) count elements received in all, all on `tag` (handout
+  // | Task D). P is a power of two here (checked above).
   std::copy(send_buf.begin(), send_buf.end(), recv_buf.begin() + static_cast<std::ptrdiff_t>(rank * block));
   for (int mask = 1; mask < size; mask <<= 1) {
     const int partner = rank ^ mask;

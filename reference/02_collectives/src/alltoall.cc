@@ -55,10 +55,10 @@ void alltoall_pairwise(MPI_Comm comm, std::span<const T> send_buf, std::span<T> 
   const int count = static_cast<int>(block);
 
   // BEGIN SOLUTION(alltoall_pairwise)
-  // | Copy your own block, send_buf block `rank`, into recv_buf block `rank`. Then for
-  // | step = 1 .. size-1: dest = (rank + step) % size, source = (rank - step + size) % size;
-  // | one MPI_Sendrecv sends send_buf block `dest` to dest and receives recv_buf
-  // | block `source` from source. Block k starts at k * block.
+  // | On return block s of recv_buf on rank r holds block r of rank s's send_buf (blocks of
+  // | `block` elements, rank order, no rotation). Exactly P - 1 messages sent and P - 1
+  // | received per rank, nothing sent to yourself, all on `tag`, deadlock-free at any size
+  // | (handout Task E).
   const auto own = static_cast<std::ptrdiff_t>(rank * block);
   std::copy_n(send_buf.begin() + own, block, recv_buf.begin() + own);
   for (int step = 1; step < size; ++step) {

@@ -61,13 +61,10 @@ void scatter(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, 
   const std::size_t block = recv_buf.size();
 
   // BEGIN SOLUTION(scatter)
-  // | Same loops as broadcast_binomial, in relative ranks. Keep the blocks of your
-  // | subtree, vranks [vrank, vrank + subtree), in vrank order in one buffer `held`:
-  // | on the root that is send_buf rotated so that block `root` comes first (no copy
-  // | needed when root == 0); elsewhere receive subtree = min(mask, size - vrank)
-  // | blocks from the parent (straight into recv_buf when it is one block). Then send
-  // | child c = vrank + m its blocks, held[m * block, (m + min(m, size - c)) * block),
-  // | and finally copy held's first block, your own, into recv_buf.
+  // | On return rank r's recv_buf holds block r (count elements) of the root's send_buf. Over
+  // | the binomial tree: non-roots receive exactly once; the root sends exactly L messages
+  // | carrying (P - 1) count elements in all, nobody more than L; all on `tag`. send_buf is
+  // | read on the root only (elsewhere it may be empty) (handout Task B, sections (a), (d)).
   const int vrank = (rank - root + size) % size;
   std::vector<T> staging;   // the subtree's blocks, when they are not in send_buf or recv_buf
   std::span<const T> held;  // blocks of vranks [vrank, vrank + subtree), in vrank order
@@ -126,14 +123,10 @@ void gather(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, i
   const std::size_t block = send_buf.size();
 
   // BEGIN SOLUTION(gather)
-  // | The scatter tree run backwards. Your subtree is vranks [vrank, vrank + subtree),
-  // | subtree = min(lowest set bit of vrank, size - vrank) (size for the root). A leaf
-  // | (subtree 1) just sends send_buf to its parent. Otherwise collect the subtree's
-  // | blocks in vrank order: your own first, then for m = 1, 2, 4, ... below your
-  // | lowest bit receive child c = vrank + m's min(m, size - c) blocks at block m;
-  // | then send them all to the parent (the root has none). The root finally
-  // | un-rotates: relative block k belongs at rank (k + root) % size of recv_buf
-  // | (with root == 0 you can collect straight into recv_buf).
+  // | On return block r of the root's recv_buf holds rank r's send_buf (rank order, for any
+  // | root). Over the binomial tree: non-roots send exactly once, the root receives exactly L
+  // | messages and nobody more than L; all on `tag`. recv_buf is written on the root only
+  // | (elsewhere it may be empty) (handout Task B, section (d)).
   const int vrank = (rank - root + size) % size;
   int lowest_bit = 1;
   while (lowest_bit < size && !(vrank & lowest_bit)) lowest_bit <<= 1;

@@ -75,15 +75,13 @@ void run_ipc_ring(MPI_Comm comm, int rank, int world_size, std::size_t count, bo
                   T* right, Stream& stream) {
   if (world_size == 1 || count == 0) return;  // nothing to add up: no steps
   // BEGIN SOLUTION(run_ipc_ring)
-  // | Contract: on return every rank's `mine` holds the element-wise sum of all
-  // | ranks' inputs, bit for bit as the virtual ring computes it, and no rank
-  // | still reads or writes another's buffer. Every read of a neighbour's chunk
-  // | must come after that chunk's last write, in another process, and every
-  // | write after the last read of what it overwrites: use stream.wait() and
-  // | agree() (given, in lab03/ring_cuda.h) where Note [Cross-process hazards]
-  // | shows an ordering that no stream gives. A failure on one rank (dtl::Error
-  // | from launch() or wait()) must make every rank throw, none hang. Handout:
-  // | part 2, G.
+  // | Contract: on return every rank's `mine` holds the element-wise sum of all ranks'
+  // | inputs, bit for bit as the virtual ring computes it, and no rank still reads or writes
+  // | another's buffer. Every read of a neighbour's chunk must come after that chunk's last
+  // | write, in another process, and every write after the last read of what it overwrites:
+  // | use stream.wait() and agree() (given, in lab03/ring_cuda.h) where Note [Cross-process
+  // | hazards] shows an ordering that no stream gives. A failure on one rank (dtl::Error from
+  // | launch() or wait()) must make every rank throw, none hang. Handout: part 2, G.
   std::string failure;
   // Entry: my input has landed (the caller's upload may still be on my stream),
   // and so has everyone's: step 0 reads the left neighbour's input.

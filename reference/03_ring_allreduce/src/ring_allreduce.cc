@@ -57,12 +57,11 @@ void reduce_scatter_ring(MPI_Comm comm, std::span<T> buf, ReduceOp op, int tag) 
   const int left = (rank - 1 + size) % size;
 
   // BEGIN SOLUTION(reduce_scatter_ring)
-  // | Scratch for one chunk (the largest is chunk 0). For step = 0 .. size-2:
-  // | s = ring_step(rank, size, step); MPI_Sendrecv chunk s.send_chunk of buf to
-  // | `right` and receive chunk s.recv_chunk's size into scratch from `left`; then
-  // | add scratch into chunk s.recv_chunk of buf. Every step sends one message,
-  // | even an empty one (count < size leaves chunks empty): the tests count them.
-  // | With ReduceOp::kAvg divide your own chunk (`rank`) by size at the very end, once.
+  // | On return chunk `rank` of buf (chunk layout: chunk_begin/chunk_count) holds the sum
+  // | over all ranks (the average for ReduceOp::kAvg, divided once, section (d)); the other
+  // | chunks hold partial sums. Follow ring_step()'s schedule, steps 0 .. P-2: exactly one
+  // | message per step, even of 0 elements, to `right`, from `left`, on `tag`; deadlock-free
+  // | at any count (handout Task B).
   std::vector<T> scratch(chunk_count(buf.size(), size, 0));
   for (int step = 0; step < size - 1; ++step) {
     const RingStep s = ring_step(rank, size, step);
@@ -94,9 +93,9 @@ void allgather_ring(MPI_Comm comm, std::span<T> buf, int tag) {
   const int left = (rank - 1 + size) % size;
 
   // BEGIN SOLUTION(allgather_ring)
-  // | For step = size-1 .. 2*size-3 (the allgather half of ring_step()): MPI_Sendrecv
-  // | chunk s.send_chunk of buf to `right` and receive chunk s.recv_chunk from `left`
-  // | straight into buf (nothing to add, so no scratch). One message per step.
+  // | Given chunk r complete on rank r (as reduce_scatter_ring leaves it), on return every
+  // | rank's buf holds every complete chunk. Follow ring_step()'s allgather steps: one
+  // | message per step, on `tag`, to `right`, from `left` (handout Task B).
   for (int step = size - 1; step < 2 * (size - 1); ++step) {
     const RingStep s = ring_step(rank, size, step);
     const std::span<T> out = chunk_span(buf, size, s.send_chunk);
@@ -114,7 +113,8 @@ void allreduce_ring(MPI_Comm comm, std::span<T> buf, ReduceOp op, int tag) {
   require_op("allreduce_ring", op, {ReduceOp::kSum, ReduceOp::kAvg});
   to_mpi_count(buf.size(), "allreduce_ring", "buf");
   // BEGIN SOLUTION(allreduce_ring)
-  // | The two halves in sequence, on the same buffer and tag.
+  // | On return every rank's buf holds the sum (or average) over all ranks, from the two
+  // | functions above (handout Task B).
   reduce_scatter_ring<T>(comm, buf, op, tag);
   allgather_ring<T>(comm, buf, tag);
   // END SOLUTION

@@ -24,10 +24,11 @@ namespace dtl::lab03 {
 
 RingJob ring_job(int rank, int world_size, int step, std::size_t count, bool fuse) {
   // BEGIN SOLUTION(ring_job)
-  // | Ask ring_step(rank, world_size, step) which chunk this rank receives and whether
-  // | to reduce; chunk_begin()/chunk_count() give where it lies. With `fuse`: at the last
-  // | reduce-scatter step (P-2) also write to the right neighbour (to_right); the first
-  // | allgather step (P-1) is then already done (skip).
+  // | Return what virtual rank `rank` does at `step` on one GPU (handout part 2, E): the
+  // | chunk it pulls from its left neighbour (begin, count of that chunk), whether it adds or
+  // | copies, and with `fuse` the fused form of the last reduce-scatter step (to_right) and
+  // | the allgather step it makes redundant (skip). Same schedule as ring_step(); one step's
+  // | jobs touch disjoint elements.
   const RingStep s = ring_step(rank, world_size, step);
   RingJob job;
   job.begin = chunk_begin(count, world_size, s.recv_chunk);

@@ -66,16 +66,12 @@ void allreduce_ring_segmented(MPI_Comm comm, std::span<T> buf, ReduceOp op, int 
   const int steps = 2 * (size - 1);
 
   // BEGIN SOLUTION(allreduce_ring_segmented)
-  // | Follow the file header. Per step (ring_step()), the chunk that moves is cut
-  // | into segments_of(chunk size, segment_elements) pieces of segment_elements
-  // | (the last one shorter). Post step 0's MPI_Isends from buf and step 0's
-  // | MPI_Irecvs before the loop. At the start of step s, post step s+1's receives
-  // | (reduce steps: into the scratch not in use; copy steps: into buf, after waiting
-  // | for the reduce-scatter sends of the same chunk). Then for each segment k of
-  // | step s: MPI_Wait its receive; on a reduce step add it into buf; at the last
-  // | reduce step with ReduceOp::kAvg divide it by size (it is final: chunk `rank`); and
-  // | unless s is the last step, MPI_Isend segment k onward (it is step s+1's).
-  // | Finish with MPI_Waitall on every send.
+  // | Same result as allreduce_ring (sum or average) with the same schedule (ring_step()),
+  // | but each chunk that moves travels as segments_of(chunk size, segment_elements) messages
+  // | of at most segment_elements elements, so that receiving, adding and sending overlap
+  // | (section (e) and the header of this file). MPI_Isend/MPI_Irecv/MPI_Wait(all) only,
+  // | every message on `tag`, no buffer touched while a pending request uses it, nothing
+  // | pending on return (handout Task C).
   // Segment k of the chunk that moves at step s: [begin, begin + count) of buf.
   struct Piece {
     std::size_t begin, count;

@@ -44,12 +44,12 @@ void check_model_agreement(Communicator& comm, const nn::Model& model) {
   const std::vector<nn::Parameter*> params = model.parameters();
   const int size = comm.world_size();
   // BEGIN SOLUTION(check_model_agreement)
-  // | Step 1: a fingerprint of 2 doubles (parameter count, a hash that mixes every
-  // | parameter's name hash and numel), allgathered (comm.allgather_blocking). All
-  // | equal to rank 0's: return. Step 2: m = the smallest count; allgather 2 doubles
-  // | per parameter (numel, hash_name(name)) for the first m parameters; find the first
-  // | rank r and index i that differ from rank 0 (or, if none, the first rank whose
-  // | count differs) and throw InvalidArgument naming r, i and this rank's parameter.
+  // | Return when every rank holds the same parameter count and, for each i, the same name
+  // | and numel; otherwise throw dtl::InvalidArgument on EVERY rank, naming the first rank
+  // | that differs from rank 0 and the first differing parameter (index, this rank's name,
+  // | the element counts) or the two counts. Every collective here must have a size every
+  // | rank knows before it starts, so that a mismatch can never hang (Note [A check that
+  // | cannot hang] above; handout Task A). hash_name() is given.
   double model_hash = 0.0;
   for (std::size_t i = 0; i < params.size(); ++i) {
     // Order-sensitive mixing, reduced modulo a prime below 2^52. The products may
@@ -107,9 +107,10 @@ void broadcast_parameters(Communicator& comm, nn::Model& model, int root) {
                           std::to_string(comm.world_size()));
   }
   // BEGIN SOLUTION(broadcast_parameters)
-  // | check_model_agreement() first (a broadcast of mismatched sizes cannot fail cleanly).
-  // | If the model was flattened (model.flat_values().defined()), broadcast that one
-  // | buffer; otherwise each parameter's value, in order. Issue them all, then wait for all.
+  // | On return every rank's parameter values equal rank `root`'s, bit for bit; the models
+  // | are checked to agree first (check_model_agreement()). A flattened model
+  // | (model.flat_values().defined()) is one buffer; the broadcasts may all be in flight at
+  // | once, and all have finished on return (handout Task A).
   check_model_agreement(comm, model);
   std::vector<Work> pending;
   const nn::Tensor& flat = model.flat_values();

@@ -113,11 +113,10 @@ Reducer::Reducer(Communicator& comm, nn::Model& model, ReducerOptions options)
   }
   bucket_of_.assign(params_.size(), -1);
   // BEGIN SOLUTION(Reducer::Reducer)
-  // | For each group b of parameter indices (decreasing): a Bucket with those
-  // | parameters, offset = the smallest grad offset in the flat buffer (the last
-  // | index's grad.offset() - flat.offset()), count = the sum of their numels; set
-  // | bucket_of_[i] = b. Check that the bucket is contiguous (each parameter ends
-  // | where the next higher index begins): the allreduce works on one view.
+  // | Fill buckets_ (one Bucket per group of `groups`, in order, with its parameters, its
+  // | offset into the flat gradient buffer and its element count) and bucket_of_ (the bucket
+  // | of every parameter index). A bucket must be one contiguous view of the flat buffer;
+  // | throw dtl::Error if it is not (handout Task C, section (b)).
   for (std::size_t b = 0; b < groups.size(); ++b) {
     Bucket bucket;
     bucket.parameters = groups[b];
@@ -164,10 +163,11 @@ void Reducer::on_grad_ready(nn::Parameter& param) {
   }
   const auto i = static_cast<std::size_t>(found->second);
   // BEGIN SOLUTION(Reducer::on_grad_ready)
-  // | If ready_[i] is already set, throw dtl::Error naming the parameter and its
-  // | bucket (a second backward without finish(): use no_sync() to accumulate).
-  // | Mark it ready, count its bucket down; in overlapped mode, when the count
-  // | reaches 0, launch_ready_buckets() (which keeps bucket order).
+  // | Called by autograd once parameter i's gradient is final. A second call for the same
+  // | parameter in one step throws dtl::Error naming the parameter and its bucket (a second
+  // | backward without finish(): point at no_sync()). Track how many of its bucket's
+  // | gradients are still missing; in overlapped mode a bucket's allreduce must start as soon
+  // | as it can without breaking Note [Issue in bucket order] (handout Task C).
   const int b = bucket_of_[i];
   if (ready_[i]) {
     throw Error("Reducer: parameter '" + param.name + "' (bucket " + std::to_string(b) +
@@ -183,8 +183,9 @@ void Reducer::on_grad_ready(nn::Parameter& param) {
 
 void Reducer::launch_ready_buckets() {
   // BEGIN SOLUTION(Reducer::launch_ready_buckets)
-  // | Issue bucket next_launch_ while it is complete (pending_ == 0), and move on:
-  // | never issue bucket b+1 before bucket b (see Note [Issue in bucket order]).
+  // | Issue every bucket that may be issued now: complete, and every lower-numbered bucket
+  // | already issued (Note [Issue in bucket order]). Every rank therefore issues the same
+  // | buckets in the same order.
   while (next_launch_ < buckets_.size() && pending_[next_launch_] == 0) launch(next_launch_++);
   // END SOLUTION
 }
@@ -194,9 +195,9 @@ void Reducer::launch(std::size_t bucket) {
   if (bucket == 0) stats_ = StepStats{};
   ++stats_.allreduces;
   // BEGIN SOLUTION(Reducer::launch)
-  // | Start the asynchronous, averaging allreduce on the bucket's view of the flat
-  // | gradient buffer (flat_grad_ + offset, count elements, f32, ReduceOp::kAvg) and
-  // | keep its Work in work_[bucket]. Record stats_.first_issue_seconds for bucket 0.
+  // | Start the bucket's asynchronous averaging allreduce (ReduceOp::kAvg, f32) in place on
+  // | its view of the flat gradient buffer, keep its Work in work_[bucket], and record
+  // | stats_.first_issue_seconds when bucket 0 is issued (Note [Averaging]; handout Task C).
   if (bucket == 0) stats_.first_issue_seconds = clock_seconds();
   work_[bucket] = comm_.allreduce(flat_grad_ + bk.offset, bk.count, DType::kF32, ReduceOp::kAvg);
   // END SOLUTION
@@ -209,11 +210,11 @@ void Reducer::finish() {
   }
   const double wait_begin = clock_seconds();
   // BEGIN SOLUTION(Reducer::finish)
-  // | Naive and bucketed modes: issue every complete bucket now (launch_ready_buckets()).
-  // | Wait for every issued Work (buckets [0, next_launch_)). If a bucket is still
-  // | not issued, a parameter never got its gradient: find the first such parameter,
-  // | reset_step() and throw dtl::Error naming it and its bucket (never wait for it).
-  // | Otherwise record_stats(wait_begin, now) and reset_step().
+  // | On return every gradient holds the average over ranks and the reducer is ready for the
+  // | next step (reset_step()), with record_stats(wait_begin, now) done. Naive and bucketed
+  // | modes issue their buckets here. Never wait for a bucket that was not issued: if a
+  // | parameter never got its gradient, reset_step() and throw dtl::Error naming the first
+  // | such parameter and its bucket (handout Task C).
   if (options_.mode != ReducerMode::kOverlapped) launch_ready_buckets();
   for (std::size_t b = 0; b < next_launch_; ++b) work_[b].wait();
   const double wait_end = clock_seconds();
@@ -274,10 +275,10 @@ Reducer::NoSync::~NoSync() {
 
 Reducer::NoSync Reducer::no_sync() {
   // BEGIN SOLUTION(Reducer::no_sync)
-  // | Refuse (dtl::Error) if some gradient was already marked ready this step: the
-  // | scope must start between steps; refuse a scope inside a scope too (the inner
-  // | one's end would end the outer one). Set no_sync_ and return NoSync(this); the
-  // | scope's destructor clears it. on_grad_ready() returns at once while it is set.
+  // | Return a NoSync scope during which on_grad_ready() does nothing, so gradients
+  // | accumulate locally (its destructor ends it). Throw dtl::Error if a gradient was already
+  // | marked ready this step (a scope starts between steps) or if a scope is already open
+  // | (scopes do not nest) (handout Task C).
   if (no_sync_) {
     throw Error("Reducer::no_sync(): already inside a no_sync() scope; scopes do not nest (end the outer one "
                 "first)");

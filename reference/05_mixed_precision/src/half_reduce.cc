@@ -54,10 +54,10 @@ void reduce_half_sum(DType dtype, const void* in, void* inout, std::size_t count
   DTL_REQUIRE_ARG(count == 0 || (in != nullptr && inout != nullptr), "reduce_half_sum", "in/inout",
                   "is null with count " + std::to_string(count));
   // BEGIN SOLUTION(reduce_half_sum)
-  // | For each element: widen both 16-bit values to float (nn::f16_bits_to_float or
-  // | nn::bf16_bits_to_float, as dtype says), add in float, round the sum once back to
-  // | 16 bits (nn::float_to_f16_bits / float_to_bf16_bits) into inout. The buffers hold
-  // | raw 16-bit patterns (std::uint16_t).
+  // | On return inout[i] holds in[i] + inout[i] as the exact sum of the two 16-bit values
+  // | (dtype: f16 or bf16, raw std::uint16_t bit patterns) rounded ONCE back to 16 bits, for
+  // | every i < count; no intermediate rounding (handout Task A, Note [fp16 and bf16]). nn::
+  // | has the bit conversions.
   const auto* a = static_cast<const std::uint16_t*>(in);
   auto* acc = static_cast<std::uint16_t*>(inout);
   for (std::size_t i = 0; i < count; ++i) acc[i] = narrow(dtype, widen(dtype, acc[i]) + widen(dtype, a[i]));
@@ -69,7 +69,8 @@ void divide_half(DType dtype, void* buf, std::size_t count, float divisor) {
   DTL_REQUIRE_ARG(count == 0 || buf != nullptr, "divide_half", "buf", "is null with count " + std::to_string(count));
   DTL_REQUIRE_ARG(divisor > 0.0f, "divide_half", "divisor", "is " + std::to_string(divisor) + ", must be > 0");
   // BEGIN SOLUTION(divide_half)
-  // | buf[i] = round16(float(buf[i]) / divisor): widen, divide in float, round once.
+  // | On return buf[i] holds the 16-bit value buf[i] / divisor computed in float and rounded
+  // | once, for every i < count (handout Task A).
   auto* h = static_cast<std::uint16_t*>(buf);
   for (std::size_t i = 0; i < count; ++i) h[i] = narrow(dtype, widen(dtype, h[i]) / divisor);
   // END SOLUTION
@@ -79,9 +80,9 @@ void allreduce_mean_half(Communicator& comm, void* buf, std::size_t count, DType
   require_half(dtype, "allreduce_mean_half");
   const auto world = static_cast<float>(comm.world_size());
   // BEGIN SOLUTION(allreduce_mean_half)
-  // | W = 1: nothing to do (return). kPre: divide_half(buf, W), then
-  // | comm.allreduce(buf, count, dtype, ReduceOp::kSum).wait(). kPost: the allreduce
-  // | first, then divide_half(buf, W).
+  // | On return every rank's buf holds the mean over the W ranks, with the division placed
+  // | before or after a ReduceOp::kSum allreduce on `comm` as `placement` says (Note [Where
+  // | to divide]), the allreduce waited for; with one rank buf is unchanged (handout Task A).
   if (comm.world_size() == 1) return;
   if (placement == DividePlacement::kPre) divide_half(dtype, buf, count, world);
   comm.allreduce(buf, count, dtype, ReduceOp::kSum).wait();

@@ -44,10 +44,10 @@ RoundStats round_to_half(const nn::Tensor& dst, const nn::Tensor& src) {
   RoundStats stats;
   stats.count = src.numel();
   // BEGIN SOLUTION(round_to_half)
-  // | For each element v of src: if v is finite and non-zero, count it (nonzero). Round
-  // | it to dst's dtype (f16: nn::f16(v), bf16: nn::bf16(v), f32: v itself) and store it;
-  // | a counted v whose rounded value is zero is an underflow, a finite v whose rounded
-  // | value is inf an overflow.
+  // | Store every src value rounded to dst's dtype (f16, bf16, or f32 unchanged) into dst,
+  // | and fill `stats` (returned below; count is set above): `nonzero` counts the finite
+  // | non-zero inputs, `underflow` those of them that round to zero, `overflow` the finite
+  // | inputs that round to inf (RoundStats in the header; handout Task B, section (b)).
   const std::span<const float> in = src.span<float>();
   auto count = [&stats](float v, float rounded) {
     if (!std::isfinite(v)) return;
@@ -101,10 +101,10 @@ bool LossScaler::unscale_and_check(Communicator& comm, const nn::Tensor& grads, 
                   "LossScaler::unscale_and_check", "out",
                   "must be an f32 tensor of " + std::to_string(grads.numel()) + " elements");
   // BEGIN SOLUTION(LossScaler::unscale_and_check)
-  // | inv = 1 / scale() (in float). For each i: out[i] = float(grads[i]) * inv (widen f16
-  // | or bf16 first); note whether any out[i] is not finite. Then agree: allreduce one
-  // | int32 (1 if this rank found an inf/NaN, else 0) with ReduceOp::kSum over comm
-  // | (comm.allreduce_blocking) and return whether the sum is > 0 — on every rank.
+  // | out = grads unscaled into fp32 exactly as the header's unscale_and_check() says (the
+  // | unscale in fp32, so that gradients below 16-bit range come out exact); return true on
+  // | EVERY rank of comm if any rank's out holds an inf or NaN, agreed with one int32
+  // | allreduce (handout Task B, Note [Loss scaling]). Argument checks are written above.
   const float inv = 1.0f / scale_;
   float* o = out.data<float>();
   const auto n = static_cast<std::size_t>(grads.numel());
@@ -131,9 +131,10 @@ bool LossScaler::unscale_and_check(Communicator& comm, const nn::Tensor& grads, 
 
 void LossScaler::update(bool found_inf) {
   // BEGIN SOLUTION(LossScaler::update)
-  // | found_inf: count a skipped step, clean_steps_ = 0, and (kDynamic only)
-  // | scale_ *= backoff_factor. Otherwise: ++clean_steps_; when it reaches
-  // | growth_interval, clean_steps_ = 0 and (kDynamic only) scale_ *= growth_factor.
+  // | Move the scaler's state after a step as the header's update() and Note [Loss scaling]
+  // | define it: scale(), clean_steps() and skipped_steps() afterwards must be what they say,
+  // | for every ScalingMode (kNone and kStatic count but never change the scale) (handout
+  // | Task B).
   const bool dynamic = options_.mode == ScalingMode::kDynamic;
   if (found_inf) {
     ++skipped_;

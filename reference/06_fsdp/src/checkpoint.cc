@@ -53,11 +53,12 @@ void save_checkpoint(ShardedTrainer& trainer, const std::string& dir) {
   Communicator& comm = trainer.comm();
   std::string error;
   // BEGIN SOLUTION(save_checkpoint)
-  // | Inside a try (catch std::exception into `error`): fill a ShardFile (rank, world size,
-  // | trainer.steps(), "sgd"/"adamw", and per unit its name, layout.numel, the shard's
-  // | floats and the optimizer state's: AdamW {m, v}, SGD {momentum} when it has one);
-  // | write_shard_file(shard_file_path(dir, rank, W), ...); rank 0 also write_manifest().
-  // | Then agree_or_throw(comm, error) — on every rank, also when this rank failed.
+  // | Write this rank's ShardFile (rank, world size, trainer.steps(), the optimizer's name,
+  // | and per unit its name, numel, the shard's floats and the optimizer state's floats) to
+  // | shard_file_path(dir, rank, W), and on rank 0 the manifest, with the given functions
+  // | (Note [Sharded checkpoints], handout Task D). A failure on any rank must make EVERY
+  // | rank throw the same error, none hang: catch here, then agree_or_throw(comm, error) on
+  // | every rank.
   try {
     ShardFile file;
     file.rank = comm.rank();
@@ -87,17 +88,15 @@ void load_checkpoint(ShardedTrainer& trainer, const std::string& dir) {
   const int rank = comm.rank(), world = comm.world_size();
   std::string error;
   // BEGIN SOLUTION(load_checkpoint)
-  // | 1. Inside a try (catch std::exception into `error`), touching nothing of the trainer:
-  // |    read_manifest(manifest_path(dir)); check its optimizer and its units (count, each
-  // |    name and numel) against the trainer's, naming the unit. For every unit, build new
-  // |    values and state (`shard` floats each, zero) from reshard_sources(numel, manifest
-  // |    world size, W, rank): read each old rank's file once (read_shard_file), check that it
-  // |    says that rank and world size and holds the unit with the same name and numel and
-  // |    enough floats, and copy the slices. Every message names the file or unit, and the rank.
-  // | 2. agree_or_throw(comm, error).
-  // | 3. Commit: copy into each unit's shard and optimizer state; trainer.set_steps(manifest
-  // |    steps); ZeRO-1/2: all-gather each unit's full_values in place (the shard is a view
-  // |    of it and the peers' parts changed too), and wait.
+  // | Load a checkpoint saved at any world size W into this trainer at W' (Note [Sharded
+  // | checkpoints], handout Task D): afterwards each unit's shard and optimizer state hold
+  // | exactly the saved elements that this rank owns under the new layout (padding zero),
+  // | steps() is the saved count, and the full values are consistent on every rank. Every
+  // | problem (manifest and trainer disagree on optimizer or units; a missing, corrupt or
+  // | mislabelled shard file; a unit with another name or numel) throws on EVERY rank
+  // | (agree_or_throw) naming the file or unit and the rank, and leaves the trainer
+  // | untouched: validate everything before changing anything. Read each old file once; fill
+  // | host tensors in place (offload).
   struct Pending {
     std::vector<float> values;
     std::vector<std::vector<float>> state;

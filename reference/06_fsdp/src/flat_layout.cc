@@ -34,9 +34,11 @@ FlatLayout make_flat_layout(std::span<const std::int64_t> numels, int world_size
   layout.world_size = world_size;
   layout.numels.assign(numels.begin(), numels.end());
   // BEGIN SOLUTION(make_flat_layout)
-  // | offsets: each parameter starts where the previous one ended (a running sum);
-  // | numel: the sum; padded: numel rounded up to a multiple of world_size;
-  // | shard: padded / world_size.
+  // | Complete `layout` (returned below) as Note [FlatParameter] (lab06/fsdp.h) defines it:
+  // | each parameter's offset with the parameters laid end to end in forward order, numel
+  // | their total, padded the smallest multiple of world_size not below numel, shard padded /
+  // | world_size (the header's example must come out; handout Task A). The argument checks
+  // | are written above.
   std::int64_t offset = 0;
   for (const std::int64_t n : numels) {
     layout.offsets.push_back(offset);
@@ -59,10 +61,11 @@ std::vector<ShardSource> reshard_sources(std::int64_t numel, int old_world_size,
                   "is " + std::to_string(new_rank) + "; it must be in [0, " + std::to_string(new_world_size) + ")");
   std::vector<ShardSource> sources;
   // BEGIN SOLUTION(reshard_sources)
-  // | Old shard size S = ceil(numel / W), new S' = ceil(numel / W'). The new shard's
-  // | real elements are [new_rank S', min((new_rank + 1) S', numel)). Walk them:
-  // | element e lies in old shard e / S at offset e % S; take as many elements as
-  // | remain in that old shard (and in the new range) as one ShardSource, and go on.
+  // | Fill `sources` (returned below) with the ShardSource slices the header of
+  // | reshard_sources() specifies: together they cover the real elements of new_rank's new
+  // | shard exactly once, in increasing new_offset, each slice inside one old shard, count >
+  // | 0; nothing for padding (the header's example must come out; handout Task A, Note
+  // | [Sharded checkpoints]).
   const std::int64_t old_shard = (numel + old_world_size - 1) / old_world_size;
   const std::int64_t new_shard = (numel + new_world_size - 1) / new_world_size;
   const std::int64_t begin = static_cast<std::int64_t>(new_rank) * new_shard;

@@ -32,14 +32,14 @@ void ShardedTrainer::issue_gather(int u) {
   UnitState& st = units_.at(static_cast<std::size_t>(u));
   if (st.gather_issued) return;
   // BEGIN SOLUTION(ShardedTrainer::issue_gather)
-  // | Allocate full_values' storage again. The shard to send, `mine`: st.shard, or with
-  // | offload this rank's own slice of full_values after upload_shard(u) (Note [CPU
-  // | offload]). f32: allgather(mine -> full_values, count = shard, DType::kF32).
-  // | 16-bit param_dtype: half_shard = a new kCommunication tensor of `shard` elements of
-  // | param_dtype holding round(mine) (nn::convert), half_full = a new kCommunication
-  // | tensor of `padded` elements; allgather half_shard -> half_full as DType::kF16 / kBF16. Keep the Work in st.gather; set gather_issued; ++in_flight_ and
-  // | raise current_.max_in_flight; count current_.allgathers and allgather_bytes (padded x
-  // | the element size actually sent).
+  // | Start unit u's all-gather of every rank's shard into full_values (storage allocated
+  // | again), so that once it completes full_values holds the unit's padded FlatParameter.
+  // | With a 16-bit param_dtype the gather sends and receives param_dtype (rounded from the
+  // | shard, in kCommunication tensors) and wait_gather() widens. With offload the shard is
+  // | host memory: no collective may touch it (Note [CPU offload]). Record the Work, the
+  // | gather as issued and in flight (max_in_flight), and count allgathers and
+  // | allgather_bytes (the bytes actually on the wire) (Note [Gather and free], Note [Mixed
+  // | precision in FSDP], handout Task C).
   st.full_values.storage()->allocate();
   nn::Tensor mine = st.shard;
   if (options_.offload) {
@@ -68,9 +68,9 @@ void ShardedTrainer::issue_gather(int u) {
 void ShardedTrainer::wait_gather(int u) {
   UnitState& st = units_.at(static_cast<std::size_t>(u));
   // BEGIN SOLUTION(ShardedTrainer::wait_gather)
-  // | If unit u's gather has not been waited for yet (st.gather.completed() is false):
-  // | wait_timed() it, --in_flight_; 16-bit: widen half_full into full_values
-  // | (nn::convert) and drop both 16-bit tensors (assign nn::Tensor(): their storage is freed).
+  // | Once this returns, unit u's full_values hold the gathered f32 values, the gather is no
+  // | longer in flight, and no 16-bit gather buffer of u is left allocated. Waiting twice is
+  // | harmless (handout Task C).
   if (st.gather.completed()) return;
   wait_timed(st.gather, "allgather " + st.name);
   --in_flight_;
@@ -85,8 +85,8 @@ void ShardedTrainer::wait_gather(int u) {
 void ShardedTrainer::free_params(int u) {
   UnitState& st = units_.at(static_cast<std::size_t>(u));
   // BEGIN SOLUTION(ShardedTrainer::free_params)
-  // | Release full_values' storage and clear gather_issued (the views stay bound; a read
-  // | before the next gather throws).
+  // | Give back full_values' memory and mark unit u not gathered; the views stay bound, so a
+  // | read before the next gather throws (Note [Gather and free]).
   st.full_values.storage()->release();
   st.gather_issued = false;
   // END SOLUTION
@@ -94,10 +94,10 @@ void ShardedTrainer::free_params(int u) {
 
 void ShardedTrainer::gather_for_use(int u, int direction) {
   // BEGIN SOLUTION(ShardedTrainer::gather_for_use)
-  // | Issue unit u's gather (issue_gather() does nothing if it was prefetched). Then
-  // | prefetch: for i = 1 .. options_.prefetch, the unit v = u + i * direction (stop
-  // | outside [0, unit_count())); skip one already issued; stop once 1 + prefetch units
-  // | are gathered or in flight (the rate limiter). Finally wait_gather(u).
+  // | On return unit u's full values are gathered. Meanwhile start up to options_.prefetch
+  // | further gathers of the units that will be needed next in `direction`, never more than 1
+  // | + prefetch units gathered or in flight at once (the rate limiter), never one twice
+  // | (Note [Prefetch and the rate limiter], handout Task C; Prefetch.* checks the counts).
   issue_gather(u);
   const int units = unit_count();
   for (int i = 1; i <= options_.prefetch; ++i) {

@@ -23,9 +23,9 @@ namespace dtl::lab06 {
 void ShardedTrainer::upload_shard(int u) {
   UnitState& st = units_.at(static_cast<std::size_t>(u));
   // BEGIN SOLUTION(ShardedTrainer::upload_shard)
-  // | full_values is allocated. Copy st.shard (host) into this rank's own slice of it,
-  // | full_values.view(rank * shard, {shard}) (Tensor::copy_from), and add the slice's
-  // | bytes (shard * 4) to current_.host_to_device_bytes.
+  // | With full_values allocated, put this rank's host shard into its own slice of
+  // | full_values and count the bytes copied in current_.host_to_device_bytes (Note [CPU
+  // | offload], handout Task E).
   st.full_values.view(st.layout.shard_begin(comm_.rank()), {st.layout.shard}).copy_from(st.shard);
   current_.host_to_device_bytes += st.layout.shard * 4;
   // END SOLUTION
@@ -34,9 +34,9 @@ void ShardedTrainer::upload_shard(int u) {
 void ShardedTrainer::download_grad_shard(int u) {
   UnitState& st = units_.at(static_cast<std::size_t>(u));
   // BEGIN SOLUTION(ShardedTrainer::download_grad_shard)
-  // | The reduce-scatter has completed into this rank's own slice of full_grads. Copy
-  // | that slice into st.grad_shard (host) and add shard * 4 to
-  // | current_.device_to_host_bytes.
+  // | After the in-place reduce-scatter, copy this rank's averaged gradient slice of
+  // | full_grads into the host grad_shard and count the bytes in
+  // | current_.device_to_host_bytes (Note [CPU offload], handout Task E).
   st.grad_shard.copy_from(st.full_grads.view(st.layout.shard_begin(comm_.rank()), {st.layout.shard}));
   current_.device_to_host_bytes += st.layout.shard * 4;
   // END SOLUTION

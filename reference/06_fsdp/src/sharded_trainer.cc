@@ -110,19 +110,13 @@ ShardedTrainer::ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOpti
     }
   }
   // BEGIN SOLUTION(ShardedTrainer::ShardedTrainer)
-  // | First refuse, before any communication, a unit whose full FlatParameter (padded * 4
-  // | bytes) is above options_.max_unit_bytes (when that is not 0): DTL_REQUIRE_ARG naming
-  // | "options.max_unit_bytes", the unit's index and name, and both byte counts.
-  // | For every unit u (see the table at the top of this file; layout = units_[u].layout):
-  // |  - full_values = nn::flatten_values(unit params, W); broadcast it from rank 0 (wait);
-  // |    full_grads = nn::flatten_grads(unit params, W);
-  // |  - shard: FSDP a copy on state_device() (view.to(state_device()): kParameters) of
-  // |    full_values' view [rank * shard, + shard), then release full_values' storage;
-  // |    ZeRO-1/2 the view itself;
-  // |  - grad_shard: ZeRO-1 the view of full_grads; otherwise a new zeroed tensor of
-  // |    `shard` floats (kGradients) on state_device(), and release full_grads' storage;
-  // |  - the optimizer, its state on state_device(): nn::Sgd(options_.sgd, shard, device)
-  // |    or nn::AdamW(options_.adamw, shard, device).
+  // | Before any communication, refuse a unit whose full f32 FlatParameter is above
+  // | options_.max_unit_bytes (when that is not 0): DTL_REQUIRE_ARG naming
+  // | "options.max_unit_bytes", the unit's index and name and both byte counts. Then set up
+  // | every unit as the table at the top of this file says for the mode (what is a view, what
+  // | owns storage, what is released), every rank starting from rank 0's values, with shard,
+  // | grad_shard and the optimizer's state on state_device() and the optimizer over `shard`
+  // | elements (Note [ZeRO stages]; Modes/Memory.* checks the bytes exactly; handout Task B).
   for (int u = 0; u < units; ++u) {
     const UnitState& st = units_[static_cast<std::size_t>(u)];
     const std::int64_t unit_bytes = st.layout.padded * 4;
@@ -222,8 +216,8 @@ double ShardedTrainer::wait_timed(Work& work, const std::string& what) {
 void ShardedTrainer::before_backward_grads(int u) {
   UnitState& st = units_.at(static_cast<std::size_t>(u));
   // BEGIN SOLUTION(ShardedTrainer::before_backward_grads)
-  // | ZeRO-1: zero the (persistent) full gradient. ZeRO-2 and FSDP: allocate its
-  // | storage again (Storage::allocate() gives zeroed memory).
+  // | Before unit u's backward, its full gradient must exist and be zero (the table at the
+  // | top of this file says which modes keep it and which allocate it again).
   if (options_.mode == ShardingMode::kZero1) {
     st.full_grads.zero();
   } else {
@@ -235,14 +229,13 @@ void ShardedTrainer::before_backward_grads(int u) {
 void ShardedTrainer::after_backward_grads(int u) {
   UnitState& st = units_.at(static_cast<std::size_t>(u));
   // BEGIN SOLUTION(ShardedTrainer::after_backward_grads)
-  // | 1. A 16-bit param_dtype: round every element of full_grads to that type and back
-  // |    (nn::f16 / nn::bf16): what a 16-bit backward would have produced.
-  // | 2. Issue the reduce-scatter (ReduceOp::kAvg, f32, recv count = shard) from
-  // |    full_grads into grad_shard; ZeRO-1 and offload in place: recv_buf = full_grads +
-  // |    rank * shard (offload: grad_shard is host memory, no collective may touch it).
-  // |    Count it in current_ (reduce_scatters, reduce_scatter_bytes = padded * 4), set
-  // |    reduce_issued, and append u to reduce_order_.
-  // | 3. While more than options_.prefetch are in flight, wait_reduce() the oldest.
+  // | After unit u's backward: with a 16-bit param_dtype the gradient first takes the values
+  // | a 16-bit backward would have produced; then start the averaging reduce-scatter
+  // | (ReduceOp::kAvg) of u's full gradient so that this rank's shard of the average lands in
+  // | grad_shard (ZeRO-1 and offload in place, in this rank's own slice of full_grads: with
+  // | offload no collective may touch host memory). Record and count it (reduce_scatters,
+  // | reduce_scatter_bytes, reduce_order_) and keep at most options_.prefetch reduce-scatters
+  // | in flight (Note [Reduce-scatter, not allreduce], Note [Gather and free]).
   if (options_.param_dtype != nn::DType::kF32) {
     for (float& g : st.full_grads.span<float>()) {
       g = options_.param_dtype == nn::DType::kF16 ? static_cast<float>(nn::f16(g)) : static_cast<float>(nn::bf16(g));
@@ -264,9 +257,9 @@ void ShardedTrainer::after_backward_grads(int u) {
 void ShardedTrainer::wait_reduce(int u) {
   UnitState& st = units_.at(static_cast<std::size_t>(u));
   // BEGIN SOLUTION(ShardedTrainer::wait_reduce)
-  // | wait_timed() unit u's reduce-scatter, clear reduce_issued, remove u from
-  // | reduce_order_; offload: download_grad_shard(u); and (ZeRO-2, FSDP) release
-  // | full_grads' storage.
+  // | Once this returns, unit u's reduce-scatter is complete and no longer pending
+  // | (reduce_order_), its averaged shard is in grad_shard (offload: downloaded), and
+  // | (ZeRO-2, FSDP) its full gradient's memory is given back.
   wait_timed(st.reduce, "reduce_scatter " + st.name);
   if (options_.offload) download_grad_shard(u);
   st.reduce_issued = false;
@@ -277,7 +270,7 @@ void ShardedTrainer::wait_reduce(int u) {
 
 void ShardedTrainer::optimizer_step() {
   // BEGIN SOLUTION(ShardedTrainer::optimizer_step)
-  // | For every unit: its optimizer's step(shard, grad_shard), as spans of floats.
+  // | Every unit's optimizer steps its shard with its grad_shard.
   for (UnitState& st : units_) {
     if (st.sgd) st.sgd->step(st.shard.span<float>(), st.grad_shard.span<float>());
     if (st.adamw) st.adamw->step(st.shard.span<float>(), st.grad_shard.span<float>());
@@ -289,14 +282,13 @@ StepResult ShardedTrainer::step(const nn::Tensor& x, const nn::Tensor& targets) 
   current_ = {};
   current_.scale = scale_;
   // BEGIN SOLUTION(ShardedTrainer::step)
-  // | 1. forward, the loss (loss_.forward), backward of loss_.backward(scale_): the hooks
-  // |    do the per-unit work. current_.loss = this rank's loss.
-  // | 2. wait_reduce() every unit still in reduce_order_, oldest first.
-  // | 3. fp16 (param_dtype kF16): multiply every grad_shard element by 1 / scale_ and note
-  // |    any inf/NaN; sum a one-int flag over the ranks (comm_.allreduce_blocking); if any
-  // |    rank found one: skipped, scale_ halves, and nothing below happens.
-  // | 4. optimizer_step(), ++steps_; ZeRO-1/2: all-gather every unit's values in place
-  // |    (send = full_values + rank * shard), issue all, then wait_timed() each; count them.
+  // | One training step (the last rows of the table at the top of this file): forward, loss,
+  // | backward of the scaled loss (the hooks do the per-unit work), every pending
+  // | reduce-scatter finished; for fp16 the gradients unscaled and an inf/NaN anywhere agreed
+  // | by all ranks, which then skip the step and halve the scale; otherwise the sharded
+  // | optimizer step, steps_ counted, and (ZeRO-1/2) every unit's values all-gathered in
+  // | place and counted. Fill current_ (loss, skipped, the counts) (Note [Mixed precision in
+  // | FSDP], handout Task B).
   const double loss = loss_.forward(model_.forward(x), targets);
   model_.backward(loss_.backward(scale_));
   current_.loss = loss;

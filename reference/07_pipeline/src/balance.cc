@@ -32,11 +32,12 @@ std::vector<double> measure_unit_costs(nn::Model& model, const nn::Tensor& x, co
   const int units = model.unit_count();
   std::vector<double> costs(static_cast<std::size_t>(units), 0.0);
   // BEGIN SOLUTION(measure_unit_costs)
-  // | Save model.hooks() and install pre/post forward and backward hooks that read
-  // | clock_seconds() around each unit. Run `repeats` steps (forward, a
-  // | SoftmaxCrossEntropy loss on targets, backward); per run and unit, record the
-  // | forward time plus the backward time. Restore the hooks (also if a step
-  // | throws), zero the gradients, and return each unit's median over the runs.
+  // | Fill `costs` (returned below) with, per unit, the median over `repeats` full steps
+  // | (forward, the SoftmaxCrossEntropy loss on targets, backward) of that unit's forward
+  // | time plus its backward time, measured with clock_seconds() from the model's hooks. On
+  // | return, also after an exception, the model's hooks are as they were and its gradients
+  // | are zero (handout Task A, Note [Balancing stages]; a unit that sleeps 10 ms forward and
+  // | 20 ms backward must measure 30 ms).
   const nn::ModelHooks saved = model.hooks();
   std::vector<std::vector<double>> runs(static_cast<std::size_t>(units));  // per unit, per run
   std::vector<double> begin(static_cast<std::size_t>(units), 0.0), spent(static_cast<std::size_t>(units), 0.0);
@@ -86,11 +87,11 @@ std::vector<int> balance_stages(std::span<const double> costs, int stages) {
   }
   std::vector<int> bounds(static_cast<std::size_t>(stages) + 1, 0);
   // BEGIN SOLUTION(balance_stages)
-  // | Dynamic programming on prefix sums: best[s][i] = the smallest possible largest
-  // | stage cost when units [0, i) form s stages, = min over j of
-  // | max(best[s-1][j], cost of units [j, i)); remember the j that achieved it and
-  // | walk back from best[stages][n] to the bounds. (Or binary-search the answer
-  // | with a greedy check.) Each stage must get at least one unit.
+  // | Fill `bounds` (P + 1 of them, returned below) so that they cut the units into `stages`
+  // | contiguous, non-empty stages whose largest stage cost is the smallest possible (any
+  // | optimal cut; the header's example must come out; tests compare with brute force on
+  // | random costs). Argument checks are written above (handout Task A, Note [Balancing
+  // | stages]).
   std::vector<double> prefix(static_cast<std::size_t>(n) + 1, 0.0);
   for (int u = 0; u < n; ++u) {
     prefix[static_cast<std::size_t>(u) + 1] = prefix[static_cast<std::size_t>(u)] + costs[static_cast<std::size_t>(u)];
@@ -130,8 +131,8 @@ double stage_imbalance(std::span<const double> costs, std::span<const int> bound
                     "is not strictly increasing at stage " + std::to_string(s) + ": every stage needs a unit");
   }
   // BEGIN SOLUTION(stage_imbalance)
-  // | Sum the costs of each stage [bounds[s], bounds[s+1]); return the largest over the
-  // | mean (total / P), or 0 when the total is 0.
+  // | Return the largest stage's cost over the mean stage cost for these bounds (1 is perfect
+  // | balance), or 0 when every cost is 0, as the header says.
   const int stages = static_cast<int>(bounds.size()) - 1;
   double total = 0.0, largest = 0.0;
   for (int s = 0; s < stages; ++s) {

@@ -28,10 +28,11 @@ Grid make_grid(MPI_Comm world, int stages) {
                       " ranks (D pipelines of P stages)");
   Grid grid;
   // BEGIN SOLUTION(make_grid)
-  // | stage = rank % P, replica = rank / P. MPI_Comm_split(world, color, key, &c) twice:
-  // | the pipeline with color = replica and key = stage (so rank in it = stage), the
-  // | data group with color = stage and key = replica. A Comm duplicates what it is
-  // | given, so wrap each split communicator in a Comm and MPI_Comm_free the split one.
+  // | Fill `grid` (returned below) as lab07/pipeline.h defines a Grid: `pipeline` holds the P
+  // | ranks of this rank's replica with rank == stage, `data` the D ranks that hold this
+  // | stage with rank == replica, and stage, replica, stages, replicas set. Both Comms own
+  // | their communicators and nothing else is left allocated (Note [Pipeline x data
+  // | parallel], handout Task E). The argument checks are written above.
   grid.stages = stages;
   grid.replicas = size / stages;
   grid.stage = rank % stages;
@@ -49,9 +50,10 @@ Grid make_grid(MPI_Comm world, int stages) {
 
 void allreduce_stage_gradients(Communicator& data, nn::Model& model) {
   // BEGIN SOLUTION(allreduce_stage_gradients)
-  // | World of one: nothing to do. Otherwise, if model.flat_grads() is defined, one
-  // | allreduce(ReduceOp::kAvg) over it; else one per parameter's grad (f32). Issue
-  // | every allreduce first, keep the Work handles, then wait for all of them.
+  // | On return every gradient of this stage's model holds the average (ReduceOp::kAvg) over
+  // | the data-parallel group `data`: one allreduce of the flat gradient buffer when the
+  // | gradients were flattened, else one per parameter, all in flight together and all
+  // | finished on return (handout Task E).
   if (data.world_size() == 1) return;
   std::vector<Work> pending;
   const nn::Tensor& flat = model.flat_grads();

@@ -118,10 +118,11 @@ void PipelineStage::post_receive(const Action& action) {
   Pending& p = (forward ? activation_recv_ : gradient_recv_)[static_cast<std::size_t>(i)];
   if (p.posted) return;
   // BEGIN SOLUTION(PipelineStage::post_receive)
-  // | Allocate the buffer (kCommunication, f32): an activation has the stage's input
-  // | shape, a gradient its output shape, each with micro-batch i's rows
-  // | (micro_batch_rows, with_rows). MPI_Irecv it from stage s-1 with activation_tag(i),
-  // | or from s+1 with gradient_tag(i), on comm_. Mark it posted.
+  // | Post the nonblocking receive of this action's message on comm_ into a new
+  // | kCommunication f32 buffer of the right shape for micro-batch i's rows (an activation:
+  // | the stage's input shape; a gradient: its output shape), from the neighbour that sends
+  // | it, on its tag (activation_tag(i), gradient_tag(i)); mark it posted (Note
+  // | [Deadlock-free ordering], handout Task C).
   const RowRange rows = micro_batch_rows(batch_, options_.micro_batches, i);
   const nn::Shape& shape = forward ? stage_info_.input_shape : stage_info_.output_shape;
   p.buffer = nn::Tensor::zeros(with_rows(shape, rows.rows), nn::DType::kF32, nn::MemoryCategory::kCommunication);
@@ -135,9 +136,10 @@ void PipelineStage::post_receive(const Action& action) {
 
 void PipelineStage::post_receives(std::span<const Action> schedule, std::size_t k) {
   // BEGIN SOLUTION(PipelineStage::post_receives)
-  // | Post the receive of action k, and one ahead: of the next forward and of the next
-  // | backward after k. A receive posted before its message arrives lets the sender's
-  // | MPI_Isend complete at once, even above the eager limit.
+  // | Before action k runs, make sure its own receive is posted, and post receives ahead far
+  // | enough that no neighbour's MPI_Isend of a message this stage will need waits on a
+  // | receive posted late, at any message size, for any valid schedule of either kind (Note
+  // | [Deadlock-free ordering]). post_receive() ignores a receive already posted.
   post_receive(schedule[k]);
   bool next_forward = false, next_backward = false;
   for (std::size_t j = k + 1; j < schedule.size() && !(next_forward && next_backward); ++j) {
@@ -153,8 +155,8 @@ nn::Tensor PipelineStage::wait_receive(const Action& action) {
   Pending& p =
       (action.pass == Pass::kForward ? activation_recv_ : gradient_recv_)[static_cast<std::size_t>(action.micro_batch)];
   // BEGIN SOLUTION(PipelineStage::wait_receive)
-  // | MPI_Wait on the receive (a blocking wait: this is where a stage idles in the
-  // | bubble) and hand the buffer over; the Pending keeps no handle to it.
+  // | Block until the posted receive of this action completes (this is where a stage idles in
+  // | the bubble) and return its buffer; the Pending keeps no handle to it.
   DTL_MPI_CHECK(MPI_Wait(&p.request, MPI_STATUS_IGNORE));
   return std::exchange(p.buffer, nn::Tensor());
   // END SOLUTION
@@ -162,9 +164,9 @@ nn::Tensor PipelineStage::wait_receive(const Action& action) {
 
 void PipelineStage::send(const nn::Tensor& t, int peer, int tag) {
   // BEGIN SOLUTION(PipelineStage::send)
-  // | Copy t into a kCommunication buffer (the layer may overwrite or free t before
-  // | the send completes), MPI_Isend the copy to peer with tag on comm_, and keep both
-  // | in sends_ until the send completes.
+  // | Send t to peer on comm_ with `tag` without blocking, from a kCommunication copy of its
+  // | own (the layer may overwrite or free t before the send completes); keep copy and
+  // | request in sends_ until the send completes (Note [Deadlock-free ordering]).
   Pending p;
   p.buffer = t.clone(nn::MemoryCategory::kCommunication);
   DTL_MPI_CHECK(MPI_Isend(p.buffer.raw(), static_cast<int>(p.buffer.numel()), MPI_FLOAT, peer, tag, comm_,
@@ -175,7 +177,7 @@ void PipelineStage::send(const nn::Tensor& t, int peer, int tag) {
 
 void PipelineStage::test_sends() {
   // BEGIN SOLUTION(PipelineStage::test_sends)
-  // | MPI_Test each send in flight and drop the completed ones (their copies are freed).
+  // | Drop (and so free) every send in sends_ that has completed; never block.
   std::vector<Pending> still;
   for (Pending& p : sends_) {
     int done = 0;
@@ -188,8 +190,7 @@ void PipelineStage::test_sends() {
 
 void PipelineStage::wait_sends() {
   // BEGIN SOLUTION(PipelineStage::wait_sends)
-  // | MPI_Waitall over the sends in flight, then drop them. Every one has a matching
-  // | receive in the neighbour's schedule, so this completes.
+  // | Return once every send in sends_ has completed, with sends_ empty.
   std::vector<MPI_Request> requests;
   for (Pending& p : sends_) requests.push_back(p.request);
   if (!requests.empty()) {
@@ -207,14 +208,14 @@ void PipelineStage::forward(int i, const nn::Tensor& x, const nn::Tensor& target
   const RowRange rows = micro_batch_rows(batch_, options_.micro_batches, i);
   Event event{Pass::kForward, i, version_, 0.0, 0.0};
   // BEGIN SOLUTION(PipelineStage::forward)
-  // | The input: rows of x on stage 0 (row_view, no copy), else the received activation
-  // | (wait_receive). Then the compute, timed (event.begin_seconds, end_seconds): stash
-  // | the weights if options_.stash (save(i, version_)); set_slot(i); forward; on the
-  // | last stage also the loss of these rows, added to the step's loss with weight
-  // | rows/B, and its gradient backward(rows/B) kept (a kCommunication clone) for B(i).
-  // | After the compute: not the last stage, send the output to s+1 with
-  // | activation_tag(i). Keep the input for B(i) (checkpointing needs it); with
-  // | options_.checkpoint, release the slot now.
+  // | Run F(i) on this stage (handout Task C): its input is micro-batch i's rows of x on
+  // | stage 0 (no copy), else the activation received from stage s-1. The compute is timed
+  // | into `event`; it uses activation slot i (Note [Activation slots]) and, with
+  // | options_.stash, saves the weights for micro-batch i first (Note [Weight stashing]). On
+  // | the last stage, add this micro-batch's loss to the step's loss weighted by rows / B and
+  // | keep its loss gradient, scaled by rows / B, for B(i) (Note [GPipe and 1F1B]). Other
+  // | stages send the output to s+1 with activation_tag(i). Keep the input until B(i); with
+  // | options_.checkpoint release the slot now (Note [Activation checkpointing]).
   const nn::Tensor input = stage_ == 0 ? row_view(x, rows) : wait_receive({Pass::kForward, i});
   event.begin_seconds = clock_seconds();
   if (options_.stash != nullptr) options_.stash->save(i, version_);
@@ -240,12 +241,13 @@ void PipelineStage::forward(int i, const nn::Tensor& x, const nn::Tensor& target
 void PipelineStage::backward(int i) {
   Event event{Pass::kBackward, i, version_, 0.0, 0.0};
   // BEGIN SOLUTION(PipelineStage::backward)
-  // | The gradient: the kept loss gradient on the last stage, else the received one
-  // | (wait_receive). Then the compute, timed: with a stash, begin_backward(i) (its
-  // | version is the event's); set_slot(i); with options_.checkpoint, forward the kept
-  // | input again first; backward. After it: not stage 0, send dx to s-1 with
-  // | gradient_tag(i). Release the slot, drop what micro-batch i kept, and with a
-  // | stash, end_backward(i).
+  // | Run B(i) on this stage (handout Task C): its output gradient is the kept loss gradient
+  // | on the last stage, else the one received from s+1. The compute is timed into `event`,
+  // | runs in slot i with micro-batch i's stashed weights when options_.stash (the event's
+  // | version is the stash's), and with options_.checkpoint recomputes the forward from the
+  // | kept input first. Gradients accumulate over the micro-batches. Stage s > 0 sends dx to
+  // | s-1 with gradient_tag(i). Afterwards nothing of micro-batch i is kept (slot released,
+  // | input and loss gradient dropped, stash ended).
   const std::size_t k = static_cast<std::size_t>(i);
   const nn::Tensor dy = stage_ == stages_ - 1 ? std::exchange(loss_grads_[k], nn::Tensor())
                                               : wait_receive({Pass::kBackward, i});
@@ -296,9 +298,11 @@ double PipelineStage::train_step(const nn::Tensor& x, const nn::Tensor& targets,
   inputs_.assign(m, nn::Tensor());
   loss_grads_.assign(m, nn::Tensor());
   // BEGIN SOLUTION(PipelineStage::train_step)
-  // | For each action k of the schedule, in order: post_receives(schedule, k), run
-  // | forward(i, x, targets) or backward(i), then test_sends() to free what has gone.
-  // | At the end wait_sends(): nothing may be in flight when the step returns.
+  // | Run the schedule's actions in order, forwards through forward() and backwards through
+  // | backward() (which add the loss into step_loss_, returned below on the last stage), with
+  // | every message's receive posted in time (post_receives()) and completed sends freed as
+  // | you go; when the step returns no send or receive is still in flight (Note
+  // | [Deadlock-free ordering], handout Task C).
   for (std::size_t k = 0; k < schedule.size(); ++k) {
     post_receives(schedule, k);
     const Action& a = schedule[k];

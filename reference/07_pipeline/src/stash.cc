@@ -35,8 +35,9 @@ void WeightStash::save(int micro_batch, int version) {
   DTL_REQUIRE_ARG(!copies_[static_cast<std::size_t>(micro_batch)].defined(), "WeightStash::save", "micro_batch",
                   std::to_string(micro_batch) + " already has a stashed copy (a second forward before its backward?)");
   // BEGIN SOLUTION(WeightStash::save)
-  // | Keep a copy of the weights as they are now (clone, MemoryCategory::kParameters)
-  // | and the version, at index micro_batch; count it and keep the peak up to date.
+  // | Keep a copy of the weights as they are now (MemoryCategory::kParameters) and the
+  // | current version for micro_batch, and keep the count and the peak count of stashed
+  // | copies up to date (Note [Weight stashing], handout Task D).
   copies_[static_cast<std::size_t>(micro_batch)] = weights_.clone(nn::MemoryCategory::kParameters);
   versions_[static_cast<std::size_t>(micro_batch)] = version;
   ++count_;
@@ -52,9 +53,9 @@ int WeightStash::begin_backward(int micro_batch) {
   DTL_REQUIRE_ARG(in_backward_ < 0, "WeightStash::begin_backward", "micro_batch",
                   "the backward of micro-batch " + std::to_string(in_backward_) + " has not ended");
   // BEGIN SOLUTION(WeightStash::begin_backward)
-  // | Keep the newest weights aside (a clone into newest_), copy micro_batch's stashed
-  // | copy into the weights (copy_from: same storage, so the model sees it), remember
-  // | which backward is running, and return the stashed version.
+  // | Until end_backward(micro_batch), the model computes with micro_batch's stashed weights
+  // | (the weights tensor itself must hold them: the model reads that storage), the newest
+  // | weights are kept aside, and the stashed version is returned (Note [Weight stashing]).
   newest_ = weights_.clone(nn::MemoryCategory::kParameters);
   weights_.copy_from(copies_[static_cast<std::size_t>(micro_batch)]);
   in_backward_ = micro_batch;
@@ -67,8 +68,8 @@ void WeightStash::end_backward(int micro_batch) {
                   "is " + std::to_string(micro_batch) + ", but the backward that began is " +
                       (in_backward_ < 0 ? std::string("none") : std::to_string(in_backward_)));
   // BEGIN SOLUTION(WeightStash::end_backward)
-  // | Copy the newest weights back into the weights, then drop newest_ and
-  // | micro_batch's copy (assign an empty Tensor: the storage is freed) and count down.
+  // | Put the newest weights back into the weights tensor and free both the aside copy and
+  // | micro_batch's stashed copy, counting it down (Note [Weight stashing]).
   weights_.copy_from(newest_);
   newest_ = nn::Tensor();
   copies_[static_cast<std::size_t>(micro_batch)] = nn::Tensor();

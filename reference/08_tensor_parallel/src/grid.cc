@@ -29,10 +29,11 @@ Grid make_grid(MPI_Comm world, int tp_size) {
                       " ranks (D replicas of T tensor-parallel ranks)");
   Grid grid;
   // BEGIN SOLUTION(make_grid)
-  // | tp_rank = rank % T, replica = rank / T. MPI_Comm_split twice: the tensor group
-  // | with color = replica and key = tp_rank, the data group with color = tp_rank and
-  // | key = replica. A Comm duplicates what it is given: wrap each split communicator
-  // | in a Comm, then MPI_Comm_free the split one.
+  // | Fill `grid` (returned below) as lab08/tensor_parallel.h defines a Grid: `tensor` holds
+  // | the T ranks of this rank's replica with rank == tp_rank, `data` the D ranks with this
+  // | tp_rank with rank == replica, and the numbers set. Both Comms own their communicators
+  // | and nothing else is left allocated (Note [TP x DP], handout Task E). The argument
+  // | checks are written above.
   grid.tp_size = tp_size;
   grid.replicas = size / tp_size;
   grid.tp_rank = rank % tp_size;
@@ -50,8 +51,9 @@ Grid make_grid(MPI_Comm world, int tp_size) {
 
 void allreduce_data_parallel_gradients(Communicator& data, nn::Model& model) {
   // BEGIN SOLUTION(allreduce_data_parallel_gradients)
-  // | A group of one: nothing to do. Otherwise one allreduce (ReduceOp::kAvg) per
-  // | parameter's grad ( of its dtype), all issued first, then all waited for.
+  // | On return every parameter gradient of this rank's model holds the average
+  // | (ReduceOp::kAvg) over `data`, in its own dtype: all allreduces in flight together and
+  // | finished on return; nothing to do for a group of one (handout Task E).
   if (data.world_size() == 1) return;
   std::vector<Work> pending;
   for (nn::Parameter* p : model.parameters()) {
@@ -64,9 +66,11 @@ void allreduce_data_parallel_gradients(Communicator& data, nn::Model& model) {
 
 void allreduce_sequence_parallel_gradients(Communicator& tp, std::span<nn::Parameter* const> replicated) {
   // BEGIN SOLUTION(allreduce_sequence_parallel_gradients)
-  // | Each rank's gradient covers its own rows only: the full gradient is the sum
-  // | (ReduceOp::kSum, not the average) over the tensor group. One allreduce per
-  // | parameter, all issued, then all waited for. Nothing to do for a group of one.
+  // | With sequence parallelism each rank's gradient of a replicated parameter covers its own
+  // | rows only. On return the gradient of every parameter in `replicated` holds the full
+  // | gradient, the sum (not the average) over the tensor group `tp`, as the header says. All
+  // | in flight together, finished on return; nothing to do for a group of one (Note
+  // | [Sequence parallelism], handout Task D).
   if (tp.world_size() == 1) return;
   std::vector<Work> pending;
   for (nn::Parameter* p : replicated) {

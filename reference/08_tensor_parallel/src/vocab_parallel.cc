@@ -36,8 +36,9 @@ VocabParallelEmbedding::VocabParallelEmbedding(nn::Embedding& full, Communicator
   vocab_local_ = mine.size;
   weight_ = detail::make_parameter(name_ + ".weight", {vocab_local_, channels_}, full.parameters()[0]->value.dtype());
   // BEGIN SOLUTION(VocabParallelEmbedding)
-  // | Copy rows [vocab_begin_, vocab_begin_ + vocab_local_) of the full table (V, C)
-  // | into weight_.value (V/T, C).
+  // | Fill weight_.value (V/T, C) with this rank's rows of the full table, the tokens
+  // | [vocab_begin_, vocab_begin_ + vocab_local_) (Note [Vocabulary parallel], handout Task
+  // | C).
   weight_.value.copy_from(full.parameters()[0]->value.view(vocab_begin_ * channels_, {vocab_local_, channels_}));
   // END SOLUTION
 }
@@ -61,9 +62,10 @@ const nn::Tensor& VocabParallelEmbedding::forward(const nn::Tensor& x) {
   cache.x = x;
   detail::ensure(cache.y, output_shape(x.shape()), weight_.value.dtype());
   // BEGIN SOLUTION(VocabParallelEmbedding::forward)
-  // | Row i of y (B T rows of C): the row (token - vocab_begin_) of weight_ when the
-  // | token is this rank's, zeros otherwise (detail::ensure() does not zero a reused
-  // | buffer). Then allreduce (kSum) y: exactly one rank wrote each row.
+  // | Return the full embedding y (B T rows of C), identical on every rank and equal to the
+  // | full table's lookup, while each rank reads only its own rows of the table; one
+  // | collective (Note [Vocabulary parallel], handout Task C). detail::ensure() does not zero
+  // | a reused buffer.
   detail::dispatch_float(cache.y.dtype(), "VocabParallelEmbedding::forward", [&](auto zero) {
     using T = decltype(zero);
     const T* w = weight_.value.data<T>();
@@ -86,9 +88,9 @@ const nn::Tensor& VocabParallelEmbedding::backward(const nn::Tensor& dy, const n
   Cache& cache = caches_.at(slot_);
   detail::require_grad(dy, cache.y, name_);
   // BEGIN SOLUTION(VocabParallelEmbedding::backward)
-  // | Every rank has the whole dy (the allreduce's backward is the identity). Add
-  // | dy's row i into row (token - vocab_begin_) of weight_.grad for this rank's
-  // | tokens only; announce the weight (detail::notify()); return kNoGradient.
+  // | dy is the whole dL/dy on every rank. Accumulate into weight_.grad the gradient of this
+  // | rank's rows of the table, announce the weight (detail::notify()) and return
+  // | kNoGradient; no communication (Note [Vocabulary parallel]).
   const std::int32_t* tokens = cache.x.data<std::int32_t>();
   detail::dispatch_float(dy.dtype(), "VocabParallelEmbedding::backward", [&](auto zero) {
     using T = decltype(zero);
@@ -138,12 +140,13 @@ double VocabParallelCrossEntropy::forward(const nn::Tensor& logits, const nn::Te
   const std::size_t rows = static_cast<std::size_t>(n);
   double loss = 0.0;
   // BEGIN SOLUTION(VocabParallelCrossEntropy::forward)
-  // | Per row, in double: this rank's max; all-gather the N maxima of every rank
-  // | (T N values, DType::kF64) and take the max over ranks, M. Then one buffer of
-  // | 2N doubles: [sum of exp(z - M) over this rank's columns | the target's logit
-  // | z[target - vocab_begin_] if this rank owns the target, else 0]; allreduce it
-  // | (kSum). loss = mean over rows of log S + M - z_t. Keep probs_ = exp(z - M) / S
-  // | (this rank's columns) for backward.
+  // | logits holds this rank's vocabulary columns z_r (N, V/T). Add into `loss` the SUM over
+  // | the N rows (the line below divides by N) of the softmax cross-entropy of the FULL
+  // | logits against targets, without gathering the logits: exactly one all-gather of N f64
+  // | values per rank, then one allreduce (kSum) of 2N values (VocabCrossEntropy.* checks the
+  // | operations and sizes), computed in double, the same on every rank, finite for logits of
+  // | 1000. Keep in probs_ (made above) what backward() needs (Note [Vocabulary parallel],
+  // | handout Task C).
   const int parts = tp_.world_size();
   std::vector<double> local_max(rows), all_max(rows * static_cast<std::size_t>(parts));
   std::vector<double> sums(2 * rows, 0.0);  // [S | z_t]
@@ -192,9 +195,9 @@ const nn::Tensor& VocabParallelCrossEntropy::backward(double scale) {
                   "has no forward to go back through");
   detail::ensure(dlogits_, probs_.shape(), probs_.dtype());
   // BEGIN SOLUTION(VocabParallelCrossEntropy::backward)
-  // | dlogits_ = scale (probs_ - onehot) / N on this rank's columns: the onehot is 1
-  // | only at column target - vocab_begin_, on the rank that owns the target. No
-  // | communication.
+  // | Fill dlogits_ (made above, returned below) with dL/dlogits for this rank's columns (N,
+  // | V/T) for the loss scaled by `scale`, equal to those columns of the full layer's
+  // | gradient; no communication (Note [Vocabulary parallel]).
   const std::int64_t n = targets_.numel();
   const std::int32_t* y = targets_.data<std::int32_t>();
   detail::dispatch_float(probs_.dtype(), "VocabParallelCrossEntropy::backward", [&](auto zero) {

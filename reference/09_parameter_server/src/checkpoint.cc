@@ -60,10 +60,11 @@ std::vector<std::byte> ParameterServer::checkpoint() const {
   std::vector<std::byte> out;
   put(out, kMagic, sizeof kMagic);
   // BEGIN SOLUTION(ParameterServer::checkpoint)
-  // | Append, as the file header lays out: first_key_, end_key_, W, version_, the
-  // | consistency (int32 each); every clock and every lost flag (int32); the values;
-  // | then per key a has-momentum int32 and, if set, the momentum floats
-  // | (sgd_[i].momentum(), undefined when momentum is 0).
+  // | Append this server's whole state to `out` (returned below) in exactly the layout at the
+  // | top of this file (after the magic, written above): the key range, W, the version, the
+  // | consistency model, every clock and lost flag, the values, and each key's momentum
+  // | buffer if it has one. restore() must read it back bit for bit (Note [Checkpoints],
+  // | handout Task E).
   const std::int32_t header[5] = {first_key_, end_key_, clock_.workers(), version_,
                                   static_cast<std::int32_t>(group_->options().consistency)};
   put(out, header, sizeof header);
@@ -92,10 +93,11 @@ void ParameterServer::restore(std::span<const std::byte> bytes) {
   DTL_REQUIRE_ARG(std::memcmp(magic, kMagic, sizeof magic) == 0, "ParameterServer::restore", "bytes",
                   "do not start with the checkpoint's magic \"DTLPS09\"");
   // BEGIN SOLUTION(ParameterServer::restore)
-  // | Read the header back and refuse (InvalidArgument naming "bytes") a checkpoint of
-  // | another key range, worker count or consistency model; then the clocks and lost flags
-  // | (clock_.assign), the version, the values, and each key's momentum (copy into
-  // | sgd_[i].momentum()'s span; refuse a mismatch of has-momentum); nothing may be left over.
+  // | Read the layout at the top of this file back into this server: afterwards clocks, lost
+  // | flags, version, values and momentum are exactly the checkpointed ones. Throw
+  // | dtl::InvalidArgument naming "bytes" for a checkpoint of another key range, worker count
+  // | or consistency model, a has-momentum flag that does not match this server's optimizer,
+  // | too few bytes, or bytes left over (Note [Checkpoints], handout Task E).
   const std::int32_t first = in.i32(), end = in.i32(), workers = in.i32(), version = in.i32(),
                      consistency = in.i32();
   DTL_REQUIRE_ARG(first == first_key_ && end == end_key_ && workers == clock_.workers() &&

@@ -28,7 +28,8 @@ int VectorClock::tick(int worker) {
   DTL_REQUIRE_ARG(!lost_[static_cast<std::size_t>(worker)], "VectorClock::tick", "worker",
                   std::to_string(worker) + " was lost; a lost worker's clock no longer moves");
   // BEGIN SOLUTION(VectorClock::tick)
-  // | One more completed step for this worker; return its new clock.
+  // | Worker `worker` completed one more step: return its new clock (the checks are written
+  // | above).
   return ++clocks_[static_cast<std::size_t>(worker)];
   // END SOLUTION
 }
@@ -37,15 +38,16 @@ void VectorClock::lose(int worker) {
   DTL_REQUIRE_ARG(worker >= 0 && worker < workers(), "VectorClock::lose", "worker",
                   "is " + std::to_string(worker) + "; it must be in [0, " + std::to_string(workers()) + ")");
   // BEGIN SOLUTION(VectorClock::lose)
-  // | Mark it lost (its clock stays as it was, for the record).
+  // | Mark the worker lost, so that it no longer holds the minimum back; its clock stays as
+  // | it was.
   lost_[static_cast<std::size_t>(worker)] = true;
   // END SOLUTION
 }
 
 int VectorClock::min() const {
   // BEGIN SOLUTION(VectorClock::min)
-  // | The smallest clock of a live worker; if every worker is lost, the largest clock
-  // | (nobody holds the others back any more).
+  // | Return the smallest clock of a live worker, or the largest clock of all when every
+  // | worker is lost, as the header documents (Note [Vector clock]).
   int lowest = -1, highest = 0;
   for (std::size_t w = 0; w < clocks_.size(); ++w) {
     highest = std::max(highest, clocks_[w]);
@@ -57,7 +59,9 @@ int VectorClock::min() const {
 
 bool VectorClock::may_read(Consistency model, int staleness, int clock, int version) {
   // BEGIN SOLUTION(VectorClock::may_read)
-  // | BSP: version >= clock. SSP: version >= clock - staleness. ASP: always.
+  // | Return whether a pull at `clock` may be answered with `version` under `model`, by the
+  // | rule the header's may_read() and Note [Consistency models] define for BSP,
+  // | SSP(staleness) and ASP.
   switch (model) {
     case Consistency::kBsp: return version >= clock;
     case Consistency::kSsp: return version >= clock - staleness;

@@ -109,10 +109,12 @@ ServerReport ParameterServer::run() {
   std::fill(last_heard_.begin(), last_heard_.end(), MPI_Wtime());
   std::fill(done_.begin(), done_.end(), false);
   // BEGIN SOLUTION(ParameterServer::run)
-  // | Until every worker is done or lost: MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG); if a
-  // | message is there, MPI_Get_count its bytes, MPI_Recv it and handle() it. Otherwise
-  // | complete_sends(), find_lost_workers(MPI_Wtime()) and sleep a few microseconds
-  // | (the workers need the cores). Then wait (up to the timeout) for the replies in flight.
+  // | Serve until every worker is done or lost: receive every message from any worker and
+  // | handle() it, and while no message is waiting complete finished sends, detect silent
+  // | workers (find_lost_workers(MPI_Wtime())) and leave the cores to the workers (never
+  // | spin, never block in a receive). Before leaving, give the replies still in flight up to
+  // | the timeout to complete (complete_sends()); the code below deals with any left (Note
+  // | [The protocol], Note [Silent workers], handout Task C).
   auto finished = [&] {
     for (int w = 0; w < W; ++w) {
       if (!done_[static_cast<std::size_t>(w)] && clock_.live(w)) return false;
@@ -198,12 +200,11 @@ void ParameterServer::on_push(int worker, const Message& m) {
   if (report_.failed) return;  // BSP lost a worker: nothing is applied any more
   const std::int64_t begin = group_->key_offsets()[static_cast<std::size_t>(key)] - base_;
   // BEGIN SOLUTION(ParameterServer::on_push)
-  // | ASP: apply it now: the gradient times 1/W (a float), sgd_[key - first_key_].step() on
-  // | the key's values; log an EventKind::kApply (worker, version_).
-  // | BSP/SSP: the step must not be applied yet (step >= version_, else throw naming the
-  // | worker, key and step). Keep it in pending_[step - version_][worker] (grow pending_ as
-  // | needed; a worker's entry holds our whole range, sized on its first push), at the key's
-  // | offset in our range (begin).
+  // | A worker's gradient for one key at step `step` (Note [Consistency models]). ASP:
+  // | applied to the key's values at once, scaled by 1/W, through the key's optimizer sgd_,
+  // | and logged as EventKind::kApply. BSP/SSP: not applied yet, only kept until the step is
+  // | complete (a push for a step already applied throws, naming the worker, key and step);
+  // | apply_ready_steps() applies it.
   const auto key_values = std::span<float>(values_).subspan(static_cast<std::size_t>(begin), m.values.size());
   if (group_->options().consistency == Consistency::kAsp) {
     const float scale = 1.0f / static_cast<float>(group_->workers());
@@ -232,8 +233,9 @@ void ParameterServer::on_clock(int worker, const Message& m) {
                 std::to_string(m.a) + " but its clock is " + std::to_string(clock_.at(worker)));
   }
   // BEGIN SOLUTION(ParameterServer::on_clock)
-  // | Tick the worker's clock, log an EventKind::kClock (clock = its new clock), then
-  // | apply_ready_steps() and answer_ready_pulls(): a clock is what lets both move.
+  // | The worker finished a step: its clock moves by one (logged as EventKind::kClock with
+  // | the new clock), and whatever that makes possible happens now: complete steps applied,
+  // | waiting pulls answered (Note [Vector clock]).
   const int now = clock_.tick(worker);
   events_.push_back({EventKind::kClock, worker, now, version_, clock_.min(), -1, 0});
   apply_ready_steps();
@@ -253,8 +255,8 @@ void ParameterServer::on_pull(int worker, const Message& m) {
     return;
   }
   // BEGIN SOLUTION(ParameterServer::on_pull)
-  // | Answer now (reply()) if VectorClock::may_read(model, staleness, clock, version_),
-  // | else keep it in deferred_.
+  // | Answer the pull now with reply() if VectorClock::may_read() allows it under this run's
+  // | consistency model and staleness, else defer it until it may (handout Task C).
   const PsOptions& o = group_->options();
   if (VectorClock::may_read(o.consistency, o.staleness, clock, version_)) {
     reply(worker, key, clock);
@@ -266,12 +268,12 @@ void ParameterServer::on_pull(int worker, const Message& m) {
 
 void ParameterServer::apply_ready_steps() {
   // BEGIN SOLUTION(ParameterServer::apply_ready_steps)
-  // | ASP: version_ = the clock's minimum; nothing else (pushes were applied on arrival).
-  // | BSP/SSP: while the minimum > version_: step t = version_ is complete. Its gradient is
-  // | the mean over the workers whose clock > t (they pushed it; a lost worker's too if it
-  // | had), summed in worker order (float, deterministic), divided by their count. One
-  // | sgd_ step per key over its part of the range; ++version_; drop pending_'s front; log
-  // | an EventKind::kApply (version = the new version_).
+  // | Bring version_ up to what the vector clock allows (Note [Vector clock]). ASP: version_
+  // | follows the clock's minimum (pushes were applied on arrival). BSP/SSP: apply every step
+  // | that every live worker has clocked past, oldest first: the mean of that step's
+  // | gradients over the workers that pushed it (a lost worker's too if it did), summed in
+  // | worker order so that the result is deterministic, one optimizer step per key; one
+  // | EventKind::kApply per step with the new version.
   if (group_->options().consistency == Consistency::kAsp) {
     version_ = clock_.min();
     return;
@@ -306,8 +308,8 @@ void ParameterServer::apply_ready_steps() {
 
 void ParameterServer::answer_ready_pulls() {
   // BEGIN SOLUTION(ParameterServer::answer_ready_pulls)
-  // | Every deferred pull that may_read() now is answered (reply()) and removed; the others stay,
-  // | in arrival order.
+  // | Answer (reply()) and remove every deferred pull that may_read() now allows; the others
+  // | stay deferred, in arrival order.
   const PsOptions& o = group_->options();
   std::vector<Pending> still;
   for (const Pending& p : deferred_) {
@@ -326,8 +328,8 @@ void ParameterServer::find_lost_workers(double now) {
   for (int w = 0; w < clock_.workers(); ++w) {
     const double silent = now - last_heard_[static_cast<std::size_t>(w)];
     // BEGIN SOLUTION(ParameterServer::find_lost_workers)
-    // | A worker that is live, not done, has no pull waiting here (waiting_here()) and
-    // | has been silent for longer than the timeout is lost: lose(w, silent).
+    // | Lose (lose(w, silent)) a worker that is live, not done, not waiting on a pull at this
+    // | server, and silent for longer than the timeout (Note [Silent workers]).
     if (clock_.live(w) && !done_[static_cast<std::size_t>(w)] && !waiting_here(w) && silent > timeout) {
       lose(w, silent);
     }
@@ -337,11 +339,12 @@ void ParameterServer::find_lost_workers(double now) {
 
 void ParameterServer::lose(int worker, double silent_seconds) {
   // BEGIN SOLUTION(ParameterServer::lose)
-  // | clock_.lose(worker); add it to report_.lost; log an EventKind::kLost (clock = its clock).
-  // | BSP: report_.failed = true and report_.error = a sentence naming the step (its clock),
-  // | the worker, its rank, this server, the silence and why BSP cannot go on; answer every
-  // | deferred pull with reply_failed() and clear them.
-  // | SSP/ASP: the minimum may have moved: apply_ready_steps(), answer_ready_pulls().
+  // | The worker is lost (Note [Silent workers]): the clock stops counting it, report_.lost
+  // | records it and EventKind::kLost is logged with its clock. BSP cannot go on without it:
+  // | set report_.failed and report_.error to a sentence naming the step (its clock), the
+  // | worker, its rank, this server, the silence and why BSP cannot continue, and answer
+  // | every deferred pull with reply_failed(). SSP/ASP go on: whatever the smaller set of
+  // | live workers now allows happens (steps applied, pulls answered).
   clock_.lose(worker);
   report_.lost.push_back(worker);
   events_.push_back({EventKind::kLost, worker, clock_.at(worker), version_, clock_.min(), -1, 0});

@@ -105,8 +105,10 @@ void WorkerClient::push(int key, std::span<const float> grad) {
                   "has " + std::to_string(grad.size()) + " floats; key " + std::to_string(key) + " has " +
                       std::to_string(group_->key_sizes()[static_cast<std::size_t>(key)]));
   // BEGIN SOLUTION(WorkerClient::push)
-  // | A Message (a = key, b = the current clock, values = grad) to the key's server
-  // | (server_of(group bounds, key)) with tag kPush, through send().
+  // | Send this worker's gradient for `key` at its current clock to the key's server
+  // | (server_of()) as a kPush Message (a = key, b = clock, values = grad) through send():
+  // | nonblocking, from a copy, never waiting for the server (Note [The protocol], handout
+  // | Task D).
   Message m;
   m.a = key;
   m.b = clock_;
@@ -124,14 +126,13 @@ int WorkerClient::pull(int key, std::span<float> out) {
                   "has " + std::to_string(out.size()) + " floats; key " + std::to_string(key) + " has " +
                       std::to_string(count));
   // BEGIN SOLUTION(WorkerClient::pull)
-  // | Send a Message (a = key, b = clock) with tag kPull to the key's server. Then poll
-  // | MPI_Improbe(server, kReply + key) until a reply is there (sleep a few microseconds
-  // | between tries; every timeout / 4 seconds send an empty kHeartbeat to every server,
-  // | so no server takes a waiting worker for a dead one); past PsOptions::timeout_seconds
-  // | throw dtl::TimeoutError naming this
-  // | worker, its rank, the server, the key and the clock. MPI_Get_count, MPI_Mrecv, decode
-  // | the header (decode(bytes, 0)); status kFailed: throw StepFailed with its text; else
-  // | decode(bytes, count), copy the values into out and return the version (b).
+  // | Ask the key's server for `key` at this worker's clock (kPull, a = key, b = clock) and
+  // | return once its reply is here: its values copied into `out`, its version returned.
+  // | Never block in MPI_Recv; match only this key's reply from that server (other threads
+  // | pull other keys at once). While waiting, keep every server aware that this worker is
+  // | alive (heartbeats, Note [Silent workers]). Past PsOptions::timeout_seconds throw
+  // | dtl::TimeoutError naming this worker, its rank, the server, the key and the clock; a
+  // | kFailed reply throws StepFailed with its text (handout Task D).
   const int server = server_of(group_->bounds(), key);
   Message request;
   request.a = key;
@@ -172,8 +173,8 @@ int WorkerClient::pull(int key, std::span<float> out) {
 
 void WorkerClient::clock() {
   // BEGIN SOLUTION(WorkerClient::clock)
-  // | kClock with a = the current clock to EVERY server (each keeps the vector clock),
-  // | then clock_ + 1.
+  // | Tell every server that this worker finished the step at its current clock (kClock, a =
+  // | clock); the clock then moves on by one (Note [Vector clock]).
   Message m;
   m.a = clock_;
   for (int s = 0; s < group_->servers(); ++s) send(s, kClock, encode(m));
@@ -185,9 +186,9 @@ void WorkerClient::finish() {
   if (finished_) return;
   finished_ = true;
   // BEGIN SOLUTION(WorkerClient::finish)
-  // | kDone (an empty Message) to every server, then wait (poll, under the mutex, with
-  // | Impl::reap()) until every send completed; past the timeout throw dtl::TimeoutError
-  // | naming this worker and how many sends are left.
+  // | Tell every server this worker is done (kDone), then return once every send of this
+  // | worker has completed; past the timeout throw dtl::TimeoutError naming this worker and
+  // | how many sends are left.
   for (int s = 0; s < group_->servers(); ++s) send(s, kDone, encode(Message{}));
   const double deadline = MPI_Wtime() + group_->options().timeout_seconds;
   while (true) {
@@ -261,13 +262,13 @@ TrainReport train_worker(WorkerClient& client, nn::Model& model, const BatchFn& 
       batch(step, x, y);
       min_version = INT_MAX;
       // BEGIN SOLUTION(train_worker)
-      // | Pull every key into its parameter's value: with options.overlap, as engine
-      // | operations that mutate vars[k], and a pre_forward hook (HookGuard restores the
-      // | old one) that waits (Engine::wait_for, the timeout) for the unit's keys; without,
-      // | one after another. Keep the smallest version pulled (under version_mutex).
-      // | zero_grad, forward, loss (ce), backward; with overlap, wait_all. Sleep
-      // | options.delay_seconds. Push every key's gradient; clock(); record the loss and
-      // | the version; ++steps_done.
+      // | One step of worker w (the file header; Note [The protocol]): pull every key into
+      // | its parameter's value (with options.overlap through the engine, so that unit u's
+      // | forward waits only for unit u's keys: a pre_forward hook, restored afterwards by
+      // | HookGuard, waiting with the timeout), recording the smallest version pulled (under
+      // | version_mutex); forward, loss, backward on this worker's rows; sleep
+      // | options.delay_seconds; push every key's gradient; clock(); record the loss and
+      // | version and count the step (handout Task D).
       auto pull = [&, step](int k) {
         const int v = client.pull(k, params[static_cast<std::size_t>(k)]->value.span<float>());
         std::lock_guard<std::mutex> lock(version_mutex);

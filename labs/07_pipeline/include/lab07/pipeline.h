@@ -91,21 +91,23 @@ namespace dtl::lab07 {
 // a small bubble (large m) costs memory.
 //
 // 1F1B (PipeDream-Flush, Narayanan et al., 2021; Megatron-LM's default): stage s
-// runs w = min(P - s - 1, m) forwards (warm-up), then alternates one forward and
-// one backward, then runs the backwards that are left (cool-down).
+// runs w warm-up forwards, then alternates one forward and one backward, then
+// runs the backwards that are left (cool-down).
 //
 //     stage s:   F0 .. F(w-1)  | F(w) B0  F(w+1) B1 ... F(m-1) B(m-1-w) |  B(m-w) .. B(m-1)
 //                  warm-up     |              steady                     |     cool-down
 //
-// A backward frees its micro-batch's activations, so stage s never holds more
-// than min(m, P - s) micro-batches: P on stage 0, 1 on the last stage, whatever
-// m is. The bubble is GPipe's; the memory no longer grows with m.
+// w is the shortest warm-up after which the steady alternation never waits on
+// the stages after s (balanced stages, free messages), and at most m: deriving it
+// is lab 07's task B. A backward frees its micro-batch's activations, so stage s
+// never holds more than w + 1 micro-batches (m at most), whatever m is. The
+// bubble is GPipe's; the memory no longer grows with m.
 //
 // P = 3, m = 4:
 //
-//     stage 0:  F0 F1 F2 B0 F3 B1 B2 B3        (w = 2, at most 3 in flight)
-//     stage 1:  F0 F1 B0 F2 B1 F3 B2 B3        (w = 1, at most 2)
-//     stage 2:  F0 B0 F1 B1 F2 B2 F3 B3        (w = 0, at most 1)
+//     stage 0:  F0 F1 F2 B0 F3 B1 B2 B3
+//     stage 1:  F0 F1 B0 F2 B1 F3 B2 B3
+//     stage 2:  F0 B0 F1 B1 F2 B2 F3 B3
 
 // Note [Activation slots]
 // ~~~~~~~~~~~~~~~~~~~~~~~
@@ -172,14 +174,14 @@ namespace dtl::lab07 {
 // PipeDream's asynchronous 1F1B (Narayanan et al., 2019) has no flush: every stage
 // updates its weights right after each micro-batch's backward, and the pipeline
 // never drains. Stage s runs F(i) with the weights of version v_f(i) =
-// max(0, i - (P - s - 1)) (the updates of B0 .. B(i - P + s) are in), but by the
+// max(0, i - w), w its warm-up (the updates of B0 .. B(i - w - 1) are in), but by the
 // time B(i) runs, the updates of B0 .. B(i-1) are in: version i. A backward with
 // other weights than its forward computes a gradient of no function at all (the
 // cached activations belong to version v_f(i), the weights used for dx to
 // version i). Weight stashing keeps a copy of the weights each forward used
 // (WeightStash::save()), puts it in place for that micro-batch's backward
 // (begin_backward()), and puts the newest weights back afterwards
-// (end_backward()), before the update. Stage s holds up to P - s versions: the
+// (end_backward()), before the update. Stage s holds up to w + 1 versions: the
 // memory price of no flush. (PipeDream-2BW keeps two versions by updating every
 // m micro-batches; PipeDream-Flush, our 1F1B, keeps one and pays the bubble.)
 
@@ -352,8 +354,9 @@ double stage_imbalance(std::span<const double> costs, std::span<const int> bound
 /// @throws dtl::InvalidArgument naming the argument out of range.
 std::vector<Action> gpipe_schedule(int stages, int stage, int micro_batches);
 
-/// @brief 1F1B's order on stage `stage` (Note [GPipe and 1F1B]): w = min(P - s - 1, m)
-/// warm-up forwards, then F(w + j) B(j) for j = 0 .. m - w - 1, then B(m - w) .. B(m - 1).
+/// @brief 1F1B's order on stage `stage` (Note [GPipe and 1F1B]): w warm-up forwards
+/// (the shortest warm-up that keeps the stage from waiting on the later stages, at
+/// most m), then F(w + j) B(j) for j = 0 .. m - w - 1, then B(m - w) .. B(m - 1).
 /// @param[in] stages P >= 1.
 /// @param[in] stage s in [0, P).
 /// @param[in] micro_batches m in [1, kMaxMicroBatches].

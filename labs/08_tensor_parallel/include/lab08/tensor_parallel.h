@@ -148,19 +148,13 @@ namespace dtl::lab08 {
 //
 // Cross-entropy: the output layer is column-parallel, so rank r holds logits
 // z_r (N, V/T) for its tokens. Gathering the full (N, V) logits would cost N V
-// values per rank — at V = 50257 far more than the whole hidden state. Instead,
-// per row n:
-//
-//     M     = max over ranks of max(z_r[n])        (an all-gather of N maxes, then a max)
-//     S     = sum over ranks of sum exp(z_r[n] - M)  \  one allreduce (sum) of 2N values
-//     z_t   = the target's logit, from its owner    /   (the others contribute 0)
-//     loss  = mean over n of log S + M - z_t
-//     dz_r  = (exp(z_r - M) / S - onehot_r(target)) / N   on each rank, no communication
-//
-// The Communicator reduces with sum and average only, so the max travels as an
-// all-gather of each rank's N row maxima (T N values received) followed by a max;
-// any common M would be exact mathematically, the maximum keeps exp() from
-// overflowing. Communication per forward: T N + 2 N values instead of T N V/T.
+// values per rank — at V = 50257 far more than the whole hidden state. Instead
+// the loss of each row is assembled from a few numbers per row and rank: one
+// all-gather of N values and one allreduce (sum) of 2N values per forward
+// (T N + 2 N values instead of T N V/T), and the gradient of each rank's columns
+// is then computed locally, with no communication. Which numbers: lab 08's task C
+// (the handout's hints). Two constraints shape the answer: the Communicator
+// reduces with sum and average only, and exp() of a logit of 1000 overflows.
 //
 // V must be divisible by T. Real vocabularies rarely are: Megatron pads V up to
 // a multiple of 128 T with tokens that never occur (round_up()). The padded
