@@ -18,9 +18,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "harness/bytes.h"
 #include "harness/error.h"
 #include "lab06/fsdp.h"
 
@@ -43,69 +45,16 @@ std::uint64_t fnv1a(const std::uint8_t* data, std::size_t n) {
   throw CheckpointError("checkpoint file " + path + ": " + why + " [" + where_am_i() + "]");
 }
 
-// Appends fields to a byte buffer (the host's byte order: little-endian on every machine we target).
-class Writer {
- public:
-  void bytes(const void* p, std::size_t n) {
-    const auto* b = static_cast<const std::uint8_t*>(p);
-    out_.insert(out_.end(), b, b + n);
-  }
-  void i64(std::int64_t v) { bytes(&v, sizeof v); }
-  void str(const std::string& s) {
-    i64(static_cast<std::int64_t>(s.size()));
-    bytes(s.data(), s.size());
-  }
-  void floats(const std::vector<float>& v) {
-    i64(static_cast<std::int64_t>(v.size()));
-    bytes(v.data(), v.size() * sizeof(float));
-  }
-  std::vector<std::uint8_t>& out() { return out_; }
+// The fields are written and read by dtl::ByteWriter and dtl::ByteReader
+// (harness/bytes.h); a short or corrupt read names the file.
+ByteReader reader_of(const std::vector<std::uint8_t>& in, const std::string& path) {
+  return ByteReader(std::as_bytes(std::span(in)), [path](const std::string& why) { fail(path, why); }, 8);
+}
 
- private:
-  std::vector<std::uint8_t> out_;
-};
-
-// Reads fields back, refusing to run past the end (a truncated file).
-class Reader {
- public:
-  Reader(const std::vector<std::uint8_t>& in, std::string path) : in_(in), path_(std::move(path)) {}
-  void bytes(void* p, std::size_t n) {
-    if (n > in_.size() - pos_) fail(path_, "truncated (a field runs past the end of the file)");
-    std::memcpy(p, in_.data() + pos_, n);
-    pos_ += n;
-  }
-  std::int64_t i64() {
-    std::int64_t v = 0;
-    bytes(&v, sizeof v);
-    return v;
-  }
-  std::int64_t length(std::size_t element) {
-    const std::int64_t n = i64();
-    if (n < 0 || static_cast<std::size_t>(n) > (in_.size() - pos_) / element) {
-      fail(path_, "truncated or corrupt (a length of " + std::to_string(n) + " does not fit in the file)");
-    }
-    return n;
-  }
-  std::string str() {
-    std::string s(static_cast<std::size_t>(length(1)), '\0');
-    bytes(s.data(), s.size());
-    return s;
-  }
-  std::vector<float> floats() {
-    std::vector<float> v(static_cast<std::size_t>(length(sizeof(float))));
-    bytes(v.data(), v.size() * sizeof(float));
-    return v;
-  }
-
- private:
-  const std::vector<std::uint8_t>& in_;
-  std::string path_;
-  std::size_t pos_ = 8;  // after the magic
-};
-
-void write_framed(const std::string& path, const char (&magic)[8], Writer& body) {
+void write_framed(const std::string& path, const char (&magic)[8], const ByteWriter& body) {
   std::vector<std::uint8_t> out(magic, magic + 8);
-  out.insert(out.end(), body.out().begin(), body.out().end());
+  const auto* fields = reinterpret_cast<const std::uint8_t*>(body.data().data());
+  out.insert(out.end(), fields, fields + body.data().size());
   const std::uint64_t sum = fnv1a(out.data(), out.size());
   const auto* s = reinterpret_cast<const std::uint8_t*>(&sum);
   out.insert(out.end(), s, s + sizeof sum);
@@ -152,7 +101,7 @@ std::string shard_file_path(const std::string& dir, int rank, int world_size) {
 std::string manifest_path(const std::string& dir) { return dir + "/manifest.dtl"; }
 
 void write_shard_file(const std::string& path, const ShardFile& file) {
-  Writer w;
+  ByteWriter w;
   w.i64(file.rank);
   w.i64(file.world_size);
   w.i64(file.steps);
@@ -170,7 +119,7 @@ void write_shard_file(const std::string& path, const ShardFile& file) {
 
 ShardFile read_shard_file(const std::string& path) {
   const std::vector<std::uint8_t> in = read_framed(path, kShardMagic, "shard file");
-  Reader r(in, path);
+  ByteReader r = reader_of(in, path);
   ShardFile file;
   file.rank = static_cast<int>(r.i64());
   file.world_size = static_cast<int>(r.i64());
@@ -190,7 +139,7 @@ ShardFile read_shard_file(const std::string& path) {
 }
 
 void write_manifest(const std::string& path, const Manifest& manifest) {
-  Writer w;
+  ByteWriter w;
   w.i64(manifest.world_size);
   w.i64(manifest.steps);
   w.str(manifest.optimizer);
@@ -204,7 +153,7 @@ void write_manifest(const std::string& path, const Manifest& manifest) {
 
 Manifest read_manifest(const std::string& path) {
   const std::vector<std::uint8_t> in = read_framed(path, kManifestMagic, "checkpoint manifest");
-  Reader r(in, path);
+  ByteReader r = reader_of(in, path);
   Manifest m;
   m.world_size = static_cast<int>(r.i64());
   m.steps = r.i64();

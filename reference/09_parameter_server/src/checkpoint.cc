@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/bytes.h"
 #include "harness/error.h"
 #include "lab09/parameter_server.h"
 
@@ -24,72 +25,49 @@ namespace {
 
 constexpr char kMagic[8] = {'D', 'T', 'L', 'P', 'S', '0', '9', '\0'};
 
-void put(std::vector<std::byte>& out, const void* data, std::size_t bytes) {
-  const std::size_t at = out.size();
-  out.resize(at + bytes);
-  if (bytes > 0) std::memcpy(out.data() + at, data, bytes);
+// A short read names `bytes`, the argument of restore() it came from.
+[[noreturn]] void bad_bytes(const std::string& why) {
+  throw_invalid_argument("ParameterServer::restore", "bytes", why);
 }
-
-// Reads from a byte span front to back; every read checks that the bytes are there.
-class Reader {
- public:
-  explicit Reader(std::span<const std::byte> bytes) : bytes_(bytes) {}
-  void get(void* data, std::size_t bytes) {
-    DTL_REQUIRE_ARG(at_ + bytes <= bytes_.size(), "ParameterServer::restore", "bytes",
-                    "end after " + std::to_string(bytes_.size()) + " bytes, in the middle of the checkpoint");
-    std::memcpy(data, bytes_.data() + at_, bytes);
-    at_ += bytes;
-  }
-  std::int32_t i32() {
-    std::int32_t v = 0;
-    get(&v, sizeof v);
-    return v;
-  }
-  bool at_end() const { return at_ == bytes_.size(); }
-
- private:
-  std::span<const std::byte> bytes_;
-  std::size_t at_ = 0;
-};
 
 }  // namespace
 
 std::vector<std::byte> ParameterServer::checkpoint() const {
   DTL_REQUIRE_ARG(deferred_.empty() && pending_.empty(), "ParameterServer::checkpoint", "this",
                   "has steps in flight; checkpoint between runs, when every step is applied");
-  std::vector<std::byte> out;
-  put(out, kMagic, sizeof kMagic);
+  ByteWriter out;
+  out.bytes(kMagic, sizeof kMagic);
   // BEGIN SOLUTION(ParameterServer::checkpoint)
-  // | Append this server's whole state to `out` (returned below) in exactly the layout at the
-  // | top of this file (after the magic, written above): the key range, W, the version, the
-  // | consistency model, every clock and lost flag, the values, and each key's momentum
-  // | buffer if it has one. restore() must read it back bit for bit (Note [Checkpoints],
+  // | Append this server's whole state to `out` (a dtl::ByteWriter, harness/bytes.h, returned
+  // | below) in exactly the layout at the top of this file (after the magic, written above):
+  // | the key range, W, the version, the consistency model, every clock and lost flag, the
+  // | values, and each key's momentum buffer if it has one. restore() must read it back bit for bit (Note [Checkpoints],
   // | handout Task E).
   const std::int32_t header[5] = {first_key_, end_key_, clock_.workers(), version_,
                                   static_cast<std::int32_t>(group_->options().consistency)};
-  put(out, header, sizeof header);
+  out.bytes(header, sizeof header);
   for (int w = 0; w < clock_.workers(); ++w) {
     const std::int32_t c = clock_.at(w);
-    put(out, &c, sizeof c);
+    out.i32(c);
   }
   for (int w = 0; w < clock_.workers(); ++w) {
     const std::int32_t lost = clock_.live(w) ? 0 : 1;
-    put(out, &lost, sizeof lost);
+    out.i32(lost);
   }
-  put(out, values_.data(), values_.size() * sizeof(float));
+  out.bytes(values_.data(), values_.size() * sizeof(float));
   for (const nn::Sgd& sgd : sgd_) {
     const std::int32_t has = sgd.momentum().defined() ? 1 : 0;
-    put(out, &has, sizeof has);
-    if (has) put(out, sgd.momentum().data<float>(), static_cast<std::size_t>(sgd.momentum().numel()) * sizeof(float));
+    out.i32(has);
+    if (has) out.bytes(sgd.momentum().data<float>(), static_cast<std::size_t>(sgd.momentum().numel()) * sizeof(float));
   }
   // END SOLUTION
-  return out;
+  return out.take();
 }
 
 void ParameterServer::restore(std::span<const std::byte> bytes) {
-  Reader in(bytes);
+  ByteReader in(bytes, bad_bytes);
   char magic[8] = {};
-  in.get(magic, sizeof magic);
+  in.bytes(magic, sizeof magic);
   DTL_REQUIRE_ARG(std::memcmp(magic, kMagic, sizeof magic) == 0, "ParameterServer::restore", "bytes",
                   "do not start with the checkpoint's magic \"DTLPS09\"");
   // BEGIN SOLUTION(ParameterServer::restore)
@@ -113,13 +91,13 @@ void ParameterServer::restore(std::span<const std::byte> bytes) {
   for (int& c : clocks) c = in.i32();
   for (std::size_t w = 0; w < lost.size(); ++w) lost[w] = in.i32() != 0;
   std::vector<float> values(values_.size());
-  in.get(values.data(), values.size() * sizeof(float));
+  in.bytes(values.data(), values.size() * sizeof(float));
   for (nn::Sgd& sgd : sgd_) {
     const bool has = in.i32() != 0;
     DTL_REQUIRE_ARG(has == sgd.momentum().defined(), "ParameterServer::restore", "bytes",
                     std::string("hold ") + (has ? "a" : "no") + " momentum where this server's optimizer has " +
                         (has ? "none" : "one"));
-    if (has) in.get(sgd.momentum().data<float>(), static_cast<std::size_t>(sgd.momentum().numel()) * sizeof(float));
+    if (has) in.bytes(sgd.momentum().data<float>(), static_cast<std::size_t>(sgd.momentum().numel()) * sizeof(float));
   }
   DTL_REQUIRE_ARG(in.at_end(), "ParameterServer::restore", "bytes", "go on after the checkpoint's end");
   clock_.assign(std::move(clocks), std::move(lost));
