@@ -24,21 +24,27 @@ namespace dtl {
 class ByteWriter {
  public:
   /// @brief Appends `n` raw bytes.
+  /// @param[in] data where they are.
+  /// @param[in] n how many.
   void bytes(const void* data, std::size_t n) {
     const std::size_t at = out_.size();
     out_.resize(at + n);
     if (n > 0) std::memcpy(out_.data() + at, data, n);
   }
   /// @brief Appends a 32-bit integer.
+  /// @param[in] v the value.
   void i32(std::int32_t v) { bytes(&v, sizeof v); }
   /// @brief Appends a 64-bit integer.
+  /// @param[in] v the value.
   void i64(std::int64_t v) { bytes(&v, sizeof v); }
   /// @brief Appends a string as its i64 length and its bytes.
+  /// @param[in] s the string.
   void str(const std::string& s) {
     i64(static_cast<std::int64_t>(s.size()));
     bytes(s.data(), s.size());
   }
   /// @brief Appends floats as their i64 count and their bytes.
+  /// @param[in] v the floats.
   void floats(std::span<const float> v) {
     i64(static_cast<std::int64_t>(v.size()));
     bytes(v.data(), v.size_bytes());
@@ -63,6 +69,8 @@ class ByteReader {
   ByteReader(std::span<const std::byte> in, Fail fail, std::size_t at = 0) : in_(in), fail_(std::move(fail)), at_(at) {}
 
   /// @brief Reads `n` raw bytes into `data`.
+  /// @param[out] data where they go.
+  /// @param[in] n how many.
   void bytes(void* data, std::size_t n) {
     if (n > in_.size() - at_) {
       fail_("ends after " + std::to_string(in_.size()) + " bytes, in the middle of a field of " + std::to_string(n) +
@@ -84,6 +92,7 @@ class ByteReader {
     return v;
   }
   /// @brief Reads an i64 count of elements of `element` bytes, checked against what is left.
+  /// @param[in] element the size of one element (>= 1).
   /// @return the count.
   std::int64_t length(std::size_t element) {
     const std::int64_t n = i64();

@@ -64,8 +64,10 @@ concept Element = std::same_as<T, float> || std::same_as<T, double> || std::same
 /// @return its DType.
 template <typename T>
 constexpr DType dtype_of() noexcept = delete;
+/// @cond
 template <> constexpr DType dtype_of<float>() noexcept { return DType::kF32; }
 template <> constexpr DType dtype_of<double>() noexcept { return DType::kF64; }
 template <> constexpr DType dtype_of<std::int32_t>() noexcept { return DType::kI32; }
+/// @endcond
 
 }  // namespace dtl

@@ -19,6 +19,7 @@ class CallScope {
   /// @param[in] text what a report shows, e.g. "MPI_Send(dest=1, tag=0, 4 B)".
   /// @param[in] blocking false for a call that returns at once (a report says "polling in").
   CallScope(const char* name, std::string text, bool blocking = true);
+  /// @brief Records this thread's exit from the call (it becomes the thread's last call).
   ~CallScope();
   CallScope(const CallScope&) = delete;
   CallScope& operator=(const CallScope&) = delete;

@@ -34,12 +34,12 @@ static std::string bytes_arg(int count, MPI_Datatype type) {
 static std::string rooted_arg(int count, MPI_Datatype type, int root) {
   return "(root=" + std::to_string(root) + ", " + dtl::format_bytes(dtl::trace::payload(count, type)) + ")";
 }
-// The side of a send/receive pair that describes the call: the first, unless its
-// buffer is MPI_IN_PLACE (its count and type are then ignored, often
-// MPI_DATATYPE_NULL), in which case the other side says how much data moves.
+/// The side of a send/receive pair that describes the call: the first, unless its
+/// buffer is MPI_IN_PLACE (its count and type are then ignored, often
+/// MPI_DATATYPE_NULL), in which case the other side says how much data moves.
 struct Side {
-  int count;
-  MPI_Datatype type;
+  int count;          ///< elements
+  MPI_Datatype type;  ///< their type (may be MPI_DATATYPE_NULL where ignored)
 };
 static Side described(const void* buf, Side side, Side other) { return buf == MPI_IN_PLACE ? other : side; }
 
