@@ -197,6 +197,22 @@ class TestNoiseGuard(unittest.TestCase):
                 self.assertEqual((result.status, result.score), ("failed", 0.0), result.output)
                 self.assertGreaterEqual(result.details["ratio"], 3.0)
 
+    def test_noise_bound(self):
+        self.assertAlmostEqual(perf.noise_bound([1.1, 1.2, 1.05, 1.3, 1.15]), 1.3)  # 5 pairs: the largest
+        self.assertLess(perf.noise_bound([12.0] + [1.1] * 9), 1.2)  # one wild pair in 10 weighs little
+        self.assertAlmostEqual(perf.noise_bound([12.0, 12.0, 12.0] + [1.1] * 7), 12.0)  # three do
+        self.assertEqual(perf.noise_bound([1.0] * 5), 1.0)
+
+    def test_slow_submission_beside_one_wild_pair(self):
+        """A slow ring shift on the shared machine: 10x slower, the reference's own
+        runs once 12x apart (measured so, with a spinning process and two builds
+        beside the grader): more pairs, then scored, not "too noisy"."""
+        reference = [1.0, 12.0] + [1.0, 1.1] * 9
+        submission = [10.0] * 10
+        result = grade_with(FakeBench(reference=reference, submission=submission))
+        self.assertEqual((result.status, result.score), ("failed", 0.0), result.output)
+        self.assertEqual(result.details["pairs"], 6)
+
     def test_partial_points_when_clearly_slower(self):
         result = grade_with(FakeBench(2.25))  # exactly between full_at 1.5 and zero_at 3.0, no noise
         self.assertEqual((result.status, result.score), ("failed", 2.5))
@@ -262,6 +278,7 @@ class TestSpeedTurn(unittest.TestCase):
             f"perf.LOCK_FILE = Path({lock!r})\n"
             "with perf.speed_turn():\n    print('held', flush=True); time.sleep(1.5)\n")],
             cwd=helpers.ROOT, stdout=subprocess.PIPE, text=True)
+        self.addCleanup(holder.stdout.close)
         self.assertEqual(holder.stdout.readline().strip(), "held")
         said = []
         t0 = time.monotonic()

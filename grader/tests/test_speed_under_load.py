@@ -10,8 +10,8 @@ grader's CPUs, beside the ranks, for the whole of each grading.
   whose every speed item needs more cores than this machine has is not graded
   here (its reference would score the same with or without the load:
   test_lab02_reference_skeleton.py grades it).
-- The load is real: the spinning process got at least half a core while each
-  grading ran.
+- The load is real: the spinning process got at least a fifth of a core while
+  each grading ran (about two thirds on an otherwise idle 2-core machine).
 
 Each grading prints its speed rows (ratio, the reference's spread, pairs) to
 stderr, the numbers behind the verdicts.
@@ -34,6 +34,10 @@ from dtlgrade.perf import fit_ranks, usable_cores  # noqa: E402
 from dtlgrade.runner import gpu_available  # noqa: E402
 
 SPIN = "while True: pass"
+# The spinner's least share of a core over a grading: about 2/3 on 2 idle cores
+# beside 2 ranks; less where other work shares the machine too (on the shared
+# 2-core development machine, with two builds beside it: 0.36).
+MIN_SHARE = 0.2
 
 
 class Load:
@@ -89,7 +93,7 @@ class TestSpeedUnderLoad(helpers.GraderAssertions, unittest.TestCase):
             proc = subprocess.run(args, cwd=helpers.ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   timeout=helpers.GRADE_TIMEOUT)
         self.assertEqual(proc.returncode, 0, proc.stdout[-3000:])
-        self.assertGreater(load.cpu_share, 0.5, "the load was not there")
+        self.assertGreater(load.cpu_share, MIN_SHARE, "the load was not there")
         graded = {name: helpers.GradeRun(0, (out / f"{name}.log").read_text(), 0.0,
                                          json.loads((out / f"{name}.json").read_text()), "01")
                   for name in ("reference", "slow")}
@@ -123,8 +127,8 @@ class TestSpeedUnderLoad(helpers.GraderAssertions, unittest.TestCase):
                 nominal = sum(i.points for i in load_lab(lab, []).items if gpu or not i.gpu) + sum(p.points for p in perf)
                 with Load() as load:
                     run = helpers.grade("--reference", "--no-hidden", lab=lab)
-                self.assertGreater(load.cpu_share, 0.5, "the load was not there")
                 report(f"lab {lab} reference", run.json["tests"] if run.json else [], load.cpu_share)
+                self.assertGreater(load.cpu_share, MIN_SHARE, "the load was not there")
                 self.assertReferenceFairUnderLoad(run, nominal)
                 self.assertIsNone(re.search(r"Traceback", run.output), run.output[-3000:])
 
