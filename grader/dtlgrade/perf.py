@@ -190,10 +190,7 @@ class Pairs:
     spreads: list[float] = field(default_factory=list)
 
     def add(self, ref_before: float, submission: float, ref_after: float) -> None:
-        if min(ref_before, ref_after) <= 0:  # a counter of 0: nothing to divide by, infinitely slow
-            self.ratios.append(math.inf)
-            self.spreads.append(math.inf)
-            return
+        """One pair; the reference's values are > 0 (score_perf())."""
         self.ratios.append(submission / math.sqrt(ref_before * ref_after))
         self.spreads.append(max(ref_after / ref_before, ref_before / ref_after))
 
@@ -217,8 +214,6 @@ def noise_bound(spreads: list[float], chance: float = 0.001) -> float:
     """The smallest B among the pairs' factors n and 1/n (`spreads` the n) such that
     the median (lower middle) of len(spreads) ratios drawn from them is above B with a
     chance below `chance`: fewer than k + 1 of N draws at or below B, k = (N-1) // 2."""
-    if any(math.isinf(s) for s in spreads):
-        return math.inf
     logs = sorted(s * math.log(n) for n in spreads for s in (1, -1))
     count, k = len(spreads), (len(spreads) - 1) // 2
     for x in logs:
@@ -257,6 +252,8 @@ def score_perf(item: PerfItem, ranks: int, student: Path, reference: Path, work:
         got = []
         for who, binary in (("reference", reference), ("submission", student), ("reference", reference)):
             value, why = measure(binary, item, ranks, work, log)
+            if value is not None and value <= 0 and who == "reference":
+                value, why = None, f"{item.bench}: {item.counter} = {value:g}, nothing to divide by"
             if value is None and who == "reference":
                 return PerfResult(0.0, "not gradable", f"the reference's benchmark did not give a result, so "
                                                        f"there is nothing to compare with; left out of the total: {why}")

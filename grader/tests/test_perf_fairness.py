@@ -228,6 +228,7 @@ class TestNoiseGuard(unittest.TestCase):
 
     def test_failures(self):
         self.assertEqual(grade_with(FakeBench(reference=[None])).status, "not gradable")
+        self.assertEqual(grade_with(FakeBench(reference=[1.0, 0.0])).status, "not gradable")
 
         class NoSubmission(FakeBench):
             def __call__(self, binary, item, ranks, work, log):
