@@ -109,6 +109,7 @@ class TestSpeedUnderLoad(helpers.GraderAssertions, unittest.TestCase):
         self.assertEqual(slow.json["score"], 85)
         # Speed came after both gradings' correctness runs, one submission at a time.
         text = proc.stdout
+        self.assertRegex(text, r"speed: \d+ usable core\(s\): \d+ CPU\(s\) in the grader's affinity mask, ")
         self.assertLess(max(text.index("  reference: correctness graded"), text.index("  slow: correctness graded")),
                         text.index("=== reference"), text[-3000:])
         self.assertRegex(text, r"(?s)=== reference\n.*  perf   RingShift.*=== slow\n.*  perf   RingShift")
