@@ -19,6 +19,7 @@ reference/ and grader/hidden/ (the sources) and may write build/ and runs/.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -97,6 +98,18 @@ class Graded:
     started: float
     passed: set[str] | None = None      # with `held`: the items that passed (the speed items' requires)
     held: Path | None = None            # the folder with its benchmarks, student_bench and reference_bench
+
+    def to_json(self) -> str:
+        return json.dumps(dict(rows=self.rows, notes=self.notes, refusals=self.refusals, started=self.started,
+                               passed=sorted(self.passed) if self.passed is not None else None,
+                               held=str(self.held) if self.held is not None else None))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Graded":
+        data = json.loads(text)
+        return cls(data["rows"], data["notes"], data["refusals"], data["started"],
+                   set(data["passed"]) if data["passed"] is not None else None,
+                   Path(data["held"]) if data["held"] is not None else None)
 
 
 def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path], args) -> dict:
@@ -255,7 +268,8 @@ def measure_held(lab: Lab, graded: Graded, args) -> None:
 def _graded_in_worker(lab: Lab, sub: Path, hidden_dirs: list[Path], args, hold: Path, log: Path,
                       result: Path) -> int:
     """Starts a process that grades `sub` up to its speed items (printing into
-    `log`) and pickles its Graded (or the error) into `result`; returns its pid."""
+    `log`) and writes its Graded (or the grader's error) as JSON into `result`;
+    returns its pid."""
     pid = os.fork()
     if pid:
         return pid
@@ -270,11 +284,10 @@ def _graded_in_worker(lab: Lab, sub: Path, hidden_dirs: list[Path], args, hold: 
         args.submission = str(sub)
         try:
             source, description = submission_sources(lab, args)
-            outcome = grade_correctness(lab, source, description, hidden_dirs, args, hold=hold)
+            text = grade_correctness(lab, source, description, hidden_dirs, args, hold=hold).to_json()
         except GraderError as e:
-            outcome = e
-        import pickle
-        result.write_bytes(pickle.dumps(outcome))
+            text = json.dumps({"grader_error": str(e)})
+        result.write_text(text)
         code = 0
     except BaseException as e:  # noqa: BLE001 -- the parent reports a worker that gave no result
         print(f"grade: the grading process failed: {e!r}", flush=True)
@@ -303,7 +316,6 @@ def grade_batch(lab: Lab, folder: Path, out: Path, hidden_dirs: list[Path], args
             graded[sub.name] = grade_one(lab, source, description, hidden_dirs, args)
             write_results(out / f"{sub.name}.json", graded[sub.name])
     else:
-        import pickle
         batch = Path(tempfile.mkdtemp(prefix=f"dtl-batch-{lab.number}-"))
         WORK_FOLDERS.add(batch)
         try:
@@ -314,19 +326,20 @@ def grade_batch(lab: Lab, folder: Path, out: Path, hidden_dirs: list[Path], args
                 while waiting and len(running) < jobs:
                     sub = waiting.pop(0)
                     pid = _graded_in_worker(lab, sub, hidden_dirs, args, batch / sub.name, out / f"{sub.name}.log",
-                                            batch / f"{sub.name}.pickle")
+                                            batch / f"{sub.name}.json")
                     WORKERS.add(pid)
                     running[pid] = sub
                 pid, _ = os.wait()
                 WORKERS.discard(pid)
                 sub = running.pop(pid)
-                result = batch / f"{sub.name}.pickle"
-                outcome = pickle.loads(result.read_bytes()) if result.exists() else None
-                if isinstance(outcome, GraderError):
-                    raise outcome
-                if outcome is None:
+                result = batch / f"{sub.name}.json"
+                if not result.exists():
                     raise GraderError(f"grading {sub.name} gave no result; see {out / (sub.name + '.log')}")
-                done[sub.name] = outcome
+                if "grader_error" in (text := result.read_text()):
+                    error = json.loads(text).get("grader_error")
+                    if error is not None:
+                        raise GraderError(error)
+                done[sub.name] = Graded.from_json(text)
                 print(f"  {sub.name}: correctness graded", flush=True)
             for sub in submissions:
                 outcome = done[sub.name]

@@ -17,6 +17,7 @@
 import math
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,7 +72,7 @@ def mixture(rng: random.Random, busy_share: float, quiet: float, busy: float):
 class TestCores(unittest.TestCase):
     def fake_cgroup(self, files: dict[str, str]) -> Path:
         root = Path(tempfile.mkdtemp(prefix="dtl-cgroup-"))
-        self.addCleanup(__import__("shutil").rmtree, root)
+        self.addCleanup(shutil.rmtree, root)
         for rel, text in files.items():
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_text(text)
