@@ -47,6 +47,10 @@ def main(argv=None) -> int:
     parser.add_argument("--json", metavar="FILE", help="write Gradescope results.json here")
     parser.add_argument("--out", metavar="DIR", default="grades", help="with --batch: where results go "
                                                                       "(default: ./grades)")
+    parser.add_argument("--jobs", metavar="N", type=int, default=1,
+                        help="with --batch: grade N submissions at a time up to their speed items, which then run "
+                             "one submission at a time with nothing else of the batch running (default: 1, "
+                             "one submission after the other)")
     parser.add_argument("--hidden", metavar="DIR", action="append", default=[],
                         help="more hidden tests: a folder of *_test.cc files and a rubric.toml (repeatable)")
     parser.add_argument("--no-hidden", action="store_true", help="skip the example hidden tests in grader/hidden")
@@ -61,6 +65,8 @@ def main(argv=None) -> int:
                         help="run the submission without bubblewrap: only where namespaces are refused (some "
                              "containers) and only for code you trust; the results say so")
     args = parser.parse_args(argv)
+    if args.jobs < 1 or (args.jobs > 1 and not args.batch):
+        parser.error(f"--jobs {args.jobs}: a number of submissions at a time, 1 or more, with --batch")
     if args.fail_under is not None and not 0 <= args.fail_under <= 100:
         parser.error(f"--fail-under {args.fail_under:g}: a percentage from 0 to 100")
     progress.ENABLED = not args.json  # a machine reads --json's results: no live status line

@@ -6,7 +6,10 @@ the imports check (imports.py: a refused file is graded as the skeleton's), the
 test runs (runner.py) inside the sandbox (sandbox.py), the scores (score.py,
 perf.py) and the report (report.py). It works in a fresh temporary folder and
 always returns a result: a submission can only lower its score. grade_batch()
-grades every sub-folder of a folder, one after the other.
+grades every sub-folder of a folder: one after the other, or with --jobs N, N
+at a time for the build and the correctness runs (each in a process of its
+own, its output in OUT/NAME.log), then the speed items one submission at a
+time with nothing else of the batch running (Note [Speed in a batch]).
 
 The temporary folder holds tree/ (the pristine tree with the submission),
 build/ and runs/ (each run's working folder). The build's sandbox sees all of it
@@ -16,16 +19,20 @@ reference/ and grader/hidden/ (the sources) and may write build/ and runs/.
 """
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import imports, progress
 from .build import build, compiler_errors, foreign_includes
 from .lab import ROOT, GraderError, Lab, binaries_for, read_toml, skeleton_src
-from .perf import perf_rows
+from .perf import fit_ranks, not_gradable_here_row, perf_rows, usable_cores
 from .process import confine
 from .report import gradescope_results, print_report, totals, write_results, write_summary
 from .runner import Allowance, gpu_available, run_items
@@ -35,10 +42,23 @@ from .submission import make_tree, submission_sources
 
 # Temporary folders of gradings in progress: an interrupted grader removes them (cleanup()).
 WORK_FOLDERS: set[Path] = set()
+# The processes of a batch's parallel gradings (--jobs): an interrupted grader stops them.
+WORKERS: set[int] = set()
 
+
+# How grading in a student repository says that its total is not the whole grade.
+HIDDEN_POINTS_NOTE = ("more points come from hidden tests (other rank counts and inputs), graded by your "
+                      "instructor: they are not in this total")
 
 def cleanup() -> None:
-    """Removes the temporary folders of gradings in progress (the grader was interrupted)."""
+    """Stops the batch's gradings in progress, which remove their own folders, and
+    removes this process's temporary folders (the grader was interrupted)."""
+    for pid in list(WORKERS):
+        try:
+            os.kill(pid, signal.SIGTERM)  # a worker's on_signal kills its runs and removes its tree
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
     for folder in list(WORK_FOLDERS):
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -72,10 +92,41 @@ def revert_to_skeleton(tree: Path, refused: list[tuple[str, imports.Refusal]]) -
     return notes
 
 
+@dataclass
+class Graded:
+    """One submission's grading so far: its rows and notes, and, when its speed
+    items are measured later (a batch's `hold`), what they need."""
+    rows: list[dict]
+    notes: list[str]
+    refusals: list[str]
+    started: float
+    passed: set[str] | None = None      # with `held`: the items that passed (the speed items' requires)
+    held: Path | None = None            # the folder with its benchmarks, student_bench and reference_bench
+
+    def to_json(self) -> str:
+        return json.dumps(dict(rows=self.rows, notes=self.notes, refusals=self.refusals, started=self.started,
+                               passed=sorted(self.passed) if self.passed is not None else None,
+                               held=str(self.held) if self.held is not None else None))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Graded":
+        data = json.loads(text)
+        return cls(data["rows"], data["notes"], data["refusals"], data["started"],
+                   set(data["passed"]) if data["passed"] is not None else None,
+                   Path(data["held"]) if data["held"] is not None else None)
+
+
 def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path], args) -> dict:
     """Grades one submission (the lab's src files in `source`); prints the table and
     returns Gradescope's results as a dict. A submission can only lower its score:
     whatever it does, this returns."""
+    return finish(lab, grade_correctness(lab, source, description, hidden_dirs, args))
+
+
+def grade_correctness(lab: Lab, source: Path, description: str, hidden_dirs: list[Path], args,
+                      hold: Path | None = None) -> Graded:
+    """grade_one() up to the report. With `hold` (a folder), the speed items are not
+    measured: their two benchmarks are copied there for measure_held()."""
     started = time.monotonic()
     print(f"Grading lab {lab.number} ({lab.name}): {description}", flush=True)
     work = Path(tempfile.mkdtemp(prefix=f"dtl-grade-{lab.number}-"))
@@ -105,8 +156,7 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
         unseen = sum(i.points for i in lab.items if i.binary == "hidden" and i not in items)
         if not any(i.binary == "hidden" for i in lab.items):
             unseen = lab.hidden_points
-        unseen_note = (f"{unseen:g} more points come from hidden tests (other rank counts and inputs), graded "
-                       f"by your instructor: they are not in this total") if unseen else ""
+        unseen_note = f"{unseen:g} {HIDDEN_POINTS_NOTE}" if unseen else ""
         if unseen_note:
             notes.append(unseen_note)
         # Performance items need the reference's benchmark beside the submission's:
@@ -152,7 +202,11 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
                 why = "the build timed out" if made.timed_out else "the submission does not compile"
                 errors = compiler_errors(made.output)
             print(f"  {why}; every item scores 0. {'The compiler said' if not foreign else 'Details'}:\n{errors}")
-            rows = failed_rows(items + lab.perf, gpu, f"{why}:\n{errors}")
+            # A speed item with more ranks than cores is out of the total for every submission alike.
+            cores, why_cores = usable_cores()
+            fits = [p for p in lab.perf if fit_ranks(p, cores) is not None]
+            rows = failed_rows(items + fits, gpu, f"{why}:\n{errors}")
+            rows += [not_gradable_here_row(p, cores, why_cores) for p in lab.perf if p not in fits]
         else:
             print(f"  built in {made.seconds:.0f} s; running tests ...", flush=True)
             exe_dir = work / "build" / "labs" / lab.name
@@ -162,18 +216,14 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
                                                Allowance.starting_now(lab.budget))
             rows = item_rows(items, gpu, by_run, names, listing)
             passed = {r["name"] for r in rows if r["status"] == "passed"}
+            if hold is not None and lab.perf and has_reference:
+                hold.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(exe_dir / f"lab{lab.number}_student_bench", hold / "student_bench")
+                shutil.copy2(exe_dir / f"lab{lab.number}_bench", hold / "reference_bench")
+                print("  speed items: measured after the batch's correctness runs", flush=True)
+                return Graded(rows, notes, refusals, started, passed, hold)
             rows += perf_rows(lab, passed, has_reference, exe_dir, runs, log)
-        if refusals:  # a failed item says why its file was not run, first
-            for row in rows:
-                if row.get("status") == "failed":
-                    row["output"] = ("\n".join(refusals) + "\n\n" + row["output"])[:TEST_OUTPUT_CAP]
-        total, max_total = totals(rows)
-        print_report(lab, rows, total, max_total, sys.stdout)
-        if unseen_note:
-            print(unseen_note, flush=True)
-        elapsed = time.monotonic() - started
-        print(f"graded in {elapsed:.0f} s", flush=True)
-        return gradescope_results(lab, rows, total, max_total, elapsed, notes)
+        return Graded(rows, notes, refusals, started)
     finally:
         confine(None)
         if args.keep:
@@ -184,9 +234,88 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
         WORK_FOLDERS.discard(work)
 
 
+def finish(lab: Lab, graded: Graded, outs: tuple = ()) -> dict:
+    """The report of a grading: prints the table (on stdout, and on each of `outs`),
+    returns Gradescope's results."""
+    rows = graded.rows
+    if graded.refusals:  # a failed item says why its file was not run, first
+        for row in rows:
+            if row.get("status") == "failed":
+                row["output"] = ("\n".join(graded.refusals) + "\n\n" + row["output"])[:TEST_OUTPUT_CAP]
+    total, max_total = totals(rows)
+    elapsed = time.monotonic() - graded.started
+    for out in (sys.stdout, *outs):
+        print_report(lab, rows, total, max_total, out)
+        for note in graded.notes:  # the hidden points a student repository cannot grade
+            if HIDDEN_POINTS_NOTE in note:
+                print(note, file=out, flush=True)
+        print(f"graded in {elapsed:.0f} s", file=out, flush=True)
+    return gradescope_results(lab, rows, total, max_total, elapsed, graded.notes)
+
+
+def measure_held(lab: Lab, graded: Graded, args) -> None:
+    """Measures the speed items of a grading that held them (grade_correctness()
+    with `hold`), in the runs' sandbox around the held folder; adds their rows."""
+    runs = graded.held / "runs"
+    runs.mkdir(exist_ok=True)
+    box = None if args.no_sandbox else Sandbox(tree=graded.held, writable=[runs])
+    confine(box)
+    try:
+        graded.rows += perf_rows(lab, graded.passed, True, graded.held, runs, print if args.verbose else (lambda _: None),
+                                 student=graded.held / "student_bench", reference=graded.held / "reference_bench")
+    finally:
+        confine(None)
+
+
+# Note [Speed in a batch]
+# ~~~~~~~~~~~~~~~~~~~~~~~
+# Instructors grade many submissions at once, and a speed item measured while
+# other gradings build and run tests beside it measures them (issue 31). With
+# --jobs N, grade_batch() grades N submissions at a time, each in a process of
+# its own (the sandbox and the run bookkeeping in process.py are per process),
+# up to the end of their correctness runs; each keeps its two benchmarks in the
+# batch's folder. Once every submission is there, this process measures the
+# speed items, one submission after the other, with nothing else of the batch
+# running. Speed items of gradings that are not part of the batch (another
+# ./dtl grade) wait for each other through perf.speed_turn(); what else runs on
+# the machine the noise guard sees (perf.py, Note [Noise guard]).
+
+def _graded_in_worker(lab: Lab, sub: Path, hidden_dirs: list[Path], args, hold: Path, log: Path,
+                      result: Path) -> int:
+    """Starts a process that grades `sub` up to its speed items (printing into
+    `log`) and writes its Graded (or the grader's error) as JSON into `result`;
+    returns its pid."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        WORKERS.clear()           # the parent's: an interrupted worker stops only its own runs...
+        WORK_FOLDERS.clear()      # ...and removes only its own tree, not the batch's folder
+        progress.ENABLED = False  # no live status line in a log file
+        args.submission = str(sub)
+        try:
+            source, description = submission_sources(lab, args)
+            text = grade_correctness(lab, source, description, hidden_dirs, args, hold=hold).to_json()
+        except GraderError as e:
+            text = json.dumps({"grader_error": str(e)})
+        result.write_text(text)
+        code = 0
+    except BaseException as e:  # noqa: BLE001 -- the parent reports a worker that gave no result
+        print(f"grade: the grading process failed: {e!r}", flush=True)
+    finally:
+        sys.stdout.flush()
+        os._exit(code)
+
+
 def grade_batch(lab: Lab, folder: Path, out: Path, hidden_dirs: list[Path], args) -> int:
     """Grades every sub-folder of `folder` (a submission each, named by the folder),
-    one after the other; writes out/NAME.json and out/summary.csv."""
+    one after the other, or `args.jobs` at a time up to the speed items, which come
+    last, one submission at a time (Note [Speed in a batch]); writes out/NAME.json
+    and out/summary.csv (and out/NAME.log with --jobs)."""
     if not folder.is_dir():
         raise GraderError(f"--batch {folder}: not a folder")
     submissions = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
@@ -194,11 +323,51 @@ def grade_batch(lab: Lab, folder: Path, out: Path, hidden_dirs: list[Path], args
         raise GraderError(f"--batch {folder}: no sub-folders (one per submission) in it")
     out.mkdir(parents=True, exist_ok=True)
     graded: dict[str, dict] = {}
-    for sub in submissions:
-        args.submission = str(sub)
-        source, description = submission_sources(lab, args)
-        graded[sub.name] = grade_one(lab, source, description, hidden_dirs, args)
-        write_results(out / f"{sub.name}.json", graded[sub.name])
+    jobs = max(1, getattr(args, "jobs", 1) or 1)
+    if jobs == 1:
+        for sub in submissions:
+            args.submission = str(sub)
+            source, description = submission_sources(lab, args)
+            graded[sub.name] = grade_one(lab, source, description, hidden_dirs, args)
+            write_results(out / f"{sub.name}.json", graded[sub.name])
+    else:
+        batch = Path(tempfile.mkdtemp(prefix=f"dtl-batch-{lab.number}-"))
+        WORK_FOLDERS.add(batch)
+        try:
+            waiting, running, done = list(submissions), {}, {}
+            print(f"grading {len(submissions)} submissions, {jobs} at a time up to their speed items; "
+                  f"each one's output in {out}/NAME.log", flush=True)
+            while waiting or running:
+                while waiting and len(running) < jobs:
+                    sub = waiting.pop(0)
+                    pid = _graded_in_worker(lab, sub, hidden_dirs, args, batch / sub.name, out / f"{sub.name}.log",
+                                            batch / f"{sub.name}.json")
+                    WORKERS.add(pid)
+                    running[pid] = sub
+                pid, _ = os.wait()
+                WORKERS.discard(pid)
+                sub = running.pop(pid)
+                result = batch / f"{sub.name}.json"
+                if not result.exists():
+                    raise GraderError(f"grading {sub.name} gave no result; see {out / (sub.name + '.log')}")
+                if "grader_error" in (text := result.read_text()):
+                    error = json.loads(text).get("grader_error")
+                    if error is not None:
+                        raise GraderError(error)
+                done[sub.name] = Graded.from_json(text)
+                print(f"  {sub.name}: correctness graded", flush=True)
+            for sub in submissions:
+                outcome = done[sub.name]
+                with open(out / f"{sub.name}.log", "a") as log:
+                    print(f"\n=== {sub.name}", flush=True)
+                    if outcome.held is not None:
+                        measure_held(lab, outcome, args)
+                    results = finish(lab, outcome, (log,))  # the table: on the console and in the log
+                graded[sub.name] = results
+                write_results(out / f"{sub.name}.json", results)
+        finally:
+            shutil.rmtree(batch, ignore_errors=True)
+            WORK_FOLDERS.discard(batch)
     write_summary(out / "summary.csv", graded)
     print(f"\ngraded {len(submissions)} submissions; results in {out}/ (summary.csv, NAME.json)")
     return 0

@@ -45,7 +45,13 @@ class PerfItem:
     The default counter, `ratio`, is each run's own time/vendor ratio (the row
     times the implementation and the vendor call back to back, in one process),
     so what the grader compares is (submission/vendor) / (reference/vendor):
-    a machine that is slower during one run slows both halves of that run."""
+    a machine that is slower during one run slows both halves of that run.
+
+    Each pair also runs the reference twice, and a pair count between `runs` and
+    `max_runs` (default 2 * runs) depends on the noise (perf.py, Note [Noise
+    guard]). The item runs at `ranks` ranks when the grader has a core for each,
+    else at the largest of `ranks_allowed` (default: only `ranks`) that fits, else
+    it is not gradable there (perf.fit_ranks())."""
     name: str
     points: float
     bench: str                 # benchmark row, e.g. "RingShift/4 MiB"
@@ -56,6 +62,18 @@ class PerfItem:
     zero_at: float = 3.0
     requires: list[str] = field(default_factory=list)
     visibility: str = "visible"
+    ranks_allowed: list[int] = field(default_factory=list)  # rank counts that measure the same thing
+    max_runs: int = 0          # most pairs when the machine is noisy; 0: 2 * runs
+
+    def __post_init__(self):
+        self.ranks_allowed = sorted(set(self.ranks_allowed) | {self.ranks})
+        self.max_runs = self.max_runs or 2 * self.runs
+        if self.runs < 1 or self.max_runs < self.runs:
+            raise TypeError(f"runs = {self.runs}, max_runs = {self.max_runs}: need 1 <= runs <= max_runs")
+        if min(self.ranks_allowed) < 1:
+            raise TypeError(f"ranks_allowed = {self.ranks_allowed}: rank counts are at least 1")
+        if not 0 < self.full_at < self.zero_at:
+            raise TypeError(f"full_at = {self.full_at:g}, zero_at = {self.zero_at:g}: need 0 < full_at < zero_at")
 
 
 @dataclass

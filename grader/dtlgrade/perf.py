@@ -1,29 +1,168 @@
-"""Performance items: the submission's benchmark beside the reference's.
+"""Performance items: the submission's benchmark beside the reference's, fairly.
 
-For each [[perf]] item, score_perf() runs the benchmark row `runs` times against
-the submission (labNN_student_bench) and against the reference (labNN_bench), in
-pairs whose order alternates, and scores the median of the per-pair ratios
-(bench_value() is one run of one row). perf_rows() makes the items' rows: scored
-only once the items they require have passed, left out of the total when the
-reference's own run fails or there is no reference/ to compare with.
+For each [[perf]] item, perf_rows() first decides at how many ranks it can run
+here: usable_cores() reads the cores this grader may use (its CPU affinity and
+any cgroup CPU quota) and fit_ranks() picks the item's rank count, or another
+one the rubric allows (`ranks_allowed`), with a core for every rank; an item
+that fits nowhere is "not gradable here", out of the total, with the reason.
+
+score_perf() then measures it in pairs: each pair runs the reference, the
+submission and the reference again, back to back (bench_value() is one run of
+one row). The submission's ratio in a pair is its value over the geometric mean
+of the two reference runs around it; the two reference runs, the reference
+against itself, measure the machine's noise. judge() decides from both; see
+Note [Noise guard]. A noisy machine can only make an item "too noisy to grade
+speed here" (out of the total), never cost the submission points.
+
+Speed items of different gradings on one machine never run at the same time
+(speed_turn(): a lock every grader on the machine shares), and a batch grades
+the speed items after every submission's correctness runs (grading.py).
 """
 from __future__ import annotations
 
+import fcntl
 import json
+import math
+import os
 import re
+import statistics
 import tempfile
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .lab import Lab, PerfItem
 from .process import run_mpi
 
+NOT_GRADABLE_HERE = "not gradable here"
+TOO_NOISY = "too noisy to grade speed here"
 
-def bench_value(binary: Path, item: PerfItem, work: Path, log) -> tuple[float | None, str]:
-    """One run of one benchmark row; returns (the counter's value, or None, and why not)."""
+# Note [Noise guard]
+# ~~~~~~~~~~~~~~~~~~
+# A loaded machine (a build beside the grader, several gradings at once, more
+# ranks than cores) slows runs at random, and a ratio of two random runs can be
+# anything: on 2 busy cores the reference against itself once scored a median
+# ratio of 1.91 and lost points (issue 31). So each pair is three runs, reference
+# R1, submission S, reference R2, back to back:
+#
+#   ratio  q = S / sqrt(R1 * R2)    the submission against the reference around it
+#   spread n = max(R2/R1, R1/R2)    the reference against itself, >= 1
+#
+# The reference runs on both sides of the submission: a steady drift of the
+# machine, or whatever a run does to the next, falls on the mean of R1 and R2
+# as much as on S (this replaces pairs of two runs whose order alternated, which
+# needed many pairs to cancel a drift and could not see the noise). The pairs'
+# n are the reference graded against itself on this machine just now, so they
+# say how slow the reference could look: taking each n and 1/n as the ratio of
+# one such pair, noise_bound() is the smallest B such that the median of as
+# many pairs comes above B less than once in a thousand (exactly, by counting;
+# with 5 pairs B is the largest n, and a single wild pair weighs less as pairs
+# are added). judge() then reads the median of the q (the lower middle of an
+# even count):
+#
+#   - at or below full_at: full points; noise cannot cost points;
+#   - above full_at * B: slower than the reference could look against itself
+#     here: scored as measured;
+#   - in between: the reference itself could look this slow here, so this says
+#     nothing yet. More pairs, up to max_runs; then "too noisy to grade speed
+#     here", out of the total, never a lower score.
+#
+# Simulated (noise the same for all three runs: mixtures of quiet and busy runs,
+# rare 4x outliers, heavy tails), the reference scores below full about once in
+# a thousand gradings at the noisiest (half the runs off by a factor of 2), less
+# elsewhere; a submission 10x slower, like the slow ring shift of the grader's
+# tests, is then "too noisy" in about 1 grading in 100, one 3.5x slower in 2 in 5
+# at the noisiest and 1 in 15 with rare outliers. With B the largest n over all
+# the pairs (no counting) the 10x slower one was "too
+# noisy" in 1 grading in 6.
+
+
+# ---------------------------------------------------------------------------
+# The cores this grader may use
+
+def _mount_points(mountinfo: str) -> dict[str, Path]:
+    """{"cgroup2": its mount point, "cpu": cgroup v1's cpu controller's} from /proc/self/mountinfo."""
+    found: dict[str, Path] = {}
+    for line in mountinfo.splitlines():
+        pre, _, post = line.partition(" - ")
+        fields, rest = pre.split(), post.split()
+        if len(fields) < 5 or len(rest) < 3:
+            continue
+        if rest[0] == "cgroup2":
+            found.setdefault("cgroup2", Path(fields[4]))
+        elif rest[0] == "cgroup" and "cpu" in rest[2].split(","):
+            found.setdefault("cpu", Path(fields[4]))
+    return found
+
+
+def cgroup_cpu_quota(proc_cgroup: str, mountinfo: str, root: Path = Path("/")) -> tuple[float | None, str]:
+    """The CPU quota, in cores, of the cgroup this process is in and its ancestors
+    (the smallest); (None, why) when there is none. v2: cpu.max ("QUOTA PERIOD" or
+    "max PERIOD"); v1: cpu.cfs_quota_us / cpu.cfs_period_us (-1: none). `root`
+    prefixes every path (tests)."""
+    mounts = _mount_points(mountinfo)
+    quotas: list[tuple[float, str]] = []
+    for line in proc_cgroup.splitlines():
+        hid, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if hid == "0" and controllers == "" and "cgroup2" in mounts:
+            files, mount = ("cpu.max",), mounts["cgroup2"]
+        elif "cpu" in controllers.split(",") and "cpu" in mounts:
+            files, mount = ("cpu.cfs_quota_us", "cpu.cfs_period_us"), mounts["cpu"]
+        else:
+            continue
+        folder = root / mount.relative_to("/") / path.strip("/")
+        top = root / mount.relative_to("/")
+        while True:
+            try:
+                texts = [(folder / f).read_text().split() for f in files]
+                if len(files) == 1 and texts[0][0] != "max":
+                    quotas.append((int(texts[0][0]) / int(texts[0][1]), str(folder / files[0])))
+                elif len(files) == 2 and int(texts[0][0]) > 0:
+                    quotas.append((int(texts[0][0]) / int(texts[1][0]), str(folder / files[0])))
+            except (OSError, ValueError, IndexError, ZeroDivisionError):
+                pass
+            if folder == top or top not in folder.parents:
+                break
+            folder = folder.parent
+    if not quotas:
+        return None, "no cgroup CPU quota"
+    cores, where = min(quotas)
+    return cores, f"cgroup CPU quota {cores:g} cores ({where})"
+
+
+def usable_cores() -> tuple[int, str]:
+    """(how many cores this grader may use, a sentence saying how it knows): the
+    CPUs of its affinity mask, fewer when a cgroup quota allows less (a quota of
+    1.5 cores gives each rank a core of its own only once)."""
+    affinity = len(os.sched_getaffinity(0))
+    try:
+        quota, why = cgroup_cpu_quota(Path("/proc/self/cgroup").read_text(), Path("/proc/self/mountinfo").read_text())
+    except OSError:
+        quota, why = None, "no cgroup information"
+    cores = affinity if quota is None else max(1, min(affinity, math.floor(quota + 1e-9)))
+    return cores, f"{cores} usable core(s): {affinity} CPU(s) in the grader's affinity mask, {why}"
+
+
+def fit_ranks(item: PerfItem, cores: int) -> int | None:
+    """The rank count `item` runs at on `cores` cores: its own `ranks` when every
+    rank gets a core, else the largest of its `ranks_allowed` that fits; None when
+    none does (the item is not gradable here)."""
+    if item.ranks <= cores:
+        return item.ranks
+    fitting = [r for r in item.ranks_allowed if r <= cores]
+    return max(fitting) if fitting else None
+
+
+# ---------------------------------------------------------------------------
+# Measuring
+
+def bench_value(binary: Path, item: PerfItem, ranks: int, work: Path, log) -> tuple[float | None, str]:
+    """One run of one benchmark row at `ranks` ranks; returns (the counter's value,
+    or None, and why not)."""
     out = Path(tempfile.mkstemp(prefix="bench-", suffix=".json", dir=work)[1])
     row = re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", item.bench)  # POSIX regex: no "\ " escapes
-    args = ["--oversubscribe", "--bind-to", "none", "-n", str(item.ranks), str(binary),
+    args = ["--oversubscribe", "--bind-to", "none", "-n", str(ranks), str(binary),
             f"--benchmark_filter=^{row}(/|$)", f"--benchmark_out={out}", "--benchmark_out_format=json",
             "--dtl_quick"]  # fewer iterations per run; the grader repeats the runs instead
     run = run_mpi(args, work, 120)
@@ -42,58 +181,192 @@ def bench_value(binary: Path, item: PerfItem, work: Path, log) -> tuple[float | 
     return None, f"{item.bench}: no result ({why}); the end of the output:\n{run.output[-1500:]}"
 
 
-def score_perf(item: PerfItem, student: Path, reference: Path, work: Path, log) -> tuple[float, str, str]:
-    """Returns (score, status, output) for one speed item, from `runs` pairs of runs
-    of the `student` and `reference` benchmarks; status "not gradable" when the
-    reference gave no result."""
-    ratios, lines = [], []
-    for i in range(item.runs):
-        order = [("submission", student), ("reference", reference)]
-        if i % 2:
-            order.reverse()
-        got = {}
-        for who, binary in order:
-            value, why = bench_value(binary, item, work, log)
+@dataclass
+class Pairs:
+    """The measured pairs of one item: per pair the submission's ratio against the
+    reference around it (`ratios`) and the reference's two runs against each other
+    (`spreads`, each >= 1). See Note [Noise guard]."""
+    ratios: list[float] = field(default_factory=list)
+    spreads: list[float] = field(default_factory=list)
+
+    def add(self, ref_before: float, submission: float, ref_after: float) -> None:
+        """One pair; the reference's values are > 0 (score_perf())."""
+        self.ratios.append(submission / math.sqrt(ref_before * ref_after))
+        self.spreads.append(max(ref_after / ref_before, ref_before / ref_after))
+
+    @property
+    def ratio(self) -> float:
+        """The median ratio; of an even count, the lower middle (the student's side)."""
+        return statistics.median_low(self.ratios)
+
+    @property
+    def spread(self) -> float:
+        """How far apart the reference's own runs came: the largest factor of any pair."""
+        return max(self.spreads)
+
+    @property
+    def noise_bound(self) -> float:
+        """How slow the reference could look against itself here (Note [Noise guard])."""
+        return noise_bound(self.spreads)
+
+
+def noise_bound(spreads: list[float], chance: float = 0.001) -> float:
+    """The smallest B among the pairs' factors n and 1/n (`spreads` the n) such that
+    the median (lower middle) of len(spreads) ratios drawn from them is above B with a
+    chance below `chance`: fewer than k + 1 of N draws at or below B, k = (N-1) // 2."""
+    logs = sorted(s * math.log(n) for n in spreads for s in (1, -1))
+    count, k = len(spreads), (len(spreads) - 1) // 2
+    for x in logs:
+        below = sum(1 for y in logs if y <= x) / len(logs)
+        above_median = sum(math.comb(count, j) * below ** j * (1 - below) ** (count - j) for j in range(k + 1))
+        if above_median < chance:
+            return math.exp(x)
+    return math.exp(logs[-1])
+
+
+def judge(pairs: Pairs, item: PerfItem) -> str:
+    """"full" (at or below full_at), "scored" (slower than the noise explains), or
+    "unclear" (within the noise of full_at: measure more). See Note [Noise guard]."""
+    if pairs.ratio <= item.full_at:
+        return "full"
+    if pairs.ratio > item.full_at * pairs.noise_bound:
+        return "scored"
+    return "unclear"
+
+
+@dataclass
+class PerfResult:
+    score: float
+    status: str                 # "passed", "failed", "not gradable", TOO_NOISY
+    output: str
+    details: dict = field(default_factory=dict)  # ratio, spread, pairs: results.json's extra_data
+
+
+def score_perf(item: PerfItem, ranks: int, student: Path, reference: Path, work: Path, log,
+               measure=bench_value) -> PerfResult:
+    """Scores one speed item at `ranks` ranks from at least `runs` and at most
+    `max_runs` pairs (Note [Noise guard]); `measure` is bench_value() (tests give
+    their own)."""
+    pairs, lines = Pairs(), []
+    while True:
+        got = []
+        for who, binary in (("reference", reference), ("submission", student), ("reference", reference)):
+            value, why = measure(binary, item, ranks, work, log)
+            if value is not None and value <= 0 and who == "reference":
+                value, why = None, f"{item.bench}: {item.counter} = {value:g}, nothing to divide by"
             if value is None and who == "reference":
-                return 0.0, "not gradable", (f"the reference's benchmark did not give a result, so there is "
-                                             f"nothing to compare with; left out of the total: {why}")
+                return PerfResult(0.0, "not gradable", f"the reference's benchmark did not give a result, so "
+                                                       f"there is nothing to compare with; left out of the total: {why}")
             if value is None:
-                return 0.0, "failed", f"the submission's benchmark did not give a result: {why}"
-            got[who] = value
-        ratios.append(got["submission"] / got["reference"] if got["reference"] > 0 else float("inf"))
-        lines.append(f"  pair {i + 1}: submission {got['submission']:.2f}, reference {got['reference']:.2f} "
-                     f"({item.counter}), ratio {ratios[-1]:.2f}")
-    ratio = sorted(ratios)[len(ratios) // 2]
-    share = min(1.0, max(0.0, (item.zero_at - ratio) / (item.zero_at - item.full_at)))
-    score = round(item.points * share, 2)
-    summary = (f"{item.bench}: submission/reference = {ratio:.2f} (median of {item.runs} paired runs at "
-               f"{item.ranks} ranks; full points at <= {item.full_at:g}, none at >= {item.zero_at:g})\n"
-               + "\n".join(lines))
-    return score, "passed" if share == 1.0 else "failed", summary
+                return PerfResult(0.0, "failed", f"the submission's benchmark did not give a result: {why}")
+            got.append(value)
+        pairs.add(*got)
+        lines.append(f"  pair {len(pairs.ratios)}: reference {got[0]:.3f}, submission {got[1]:.3f}, reference "
+                     f"{got[2]:.3f} ({item.counter}): ratio {pairs.ratios[-1]:.2f}, reference against itself "
+                     f"{pairs.spreads[-1]:.2f}")
+        if len(pairs.ratios) < item.runs:
+            continue
+        verdict = judge(pairs, item)
+        if verdict != "unclear" or len(pairs.ratios) >= item.max_runs:
+            break
+    n = len(pairs.ratios)
+    details = dict(ratio=round(pairs.ratio, 4), reference_spread=round(pairs.spread, 4),
+                   noise_bound=round(pairs.noise_bound, 4), pairs=n, ranks=ranks, verdict=verdict)
+    measured = (f"{item.bench}: submission/reference = {pairs.ratio:.2f} (median of {n} pairs at {ranks} ranks; "
+                f"full points at <= {item.full_at:g}, none at >= {item.zero_at:g}); the reference against itself "
+                f"differed by up to {pairs.spread:.2f}x, so it could look up to {pairs.noise_bound:.2f}x slower "
+                f"than itself here\n" + "\n".join(lines))
+    if verdict == "unclear":
+        return PerfResult(0.0, TOO_NOISY, (
+            f"{TOO_NOISY}: not gradable on this machine now, left out of the total (not 0, not full marks). "
+            f"The median ratio {pairs.ratio:.2f} is above {item.full_at:g}, but the reference's own runs differed "
+            f"by up to {pairs.spread:.2f}x: the reference itself could look {pairs.noise_bound:.2f}x slower than "
+            f"itself here, and {item.full_at:g} x {pairs.noise_bound:.2f} = {item.full_at * pairs.noise_bound:.2f} "
+            f"is above the ratio ({n} pairs, the most this item allows). Grade again on a quieter machine.\n"
+            + measured), details)
+    share = min(1.0, max(0.0, (item.zero_at - pairs.ratio) / (item.zero_at - item.full_at)))
+    return PerfResult(round(item.points * share, 2), "passed" if share == 1.0 else "failed", measured, details)
 
 
-def perf_rows(lab: Lab, passed: set[str], has_reference: bool, exe_dir: Path, work: Path, log) -> list[dict]:
-    """The rows of the lab's speed items; `passed`: the names of the items that passed."""
+# ---------------------------------------------------------------------------
+# One speed measurement at a time on this machine
+
+LOCK_FILE = Path(tempfile.gettempdir()) / "dtl-grade-speed.lock"
+
+
+@contextmanager
+def speed_turn(log=print):
+    """Holds the machine's speed lock (a file every grader here locks) while the
+    block runs: two gradings never measure speed at the same time. Says so when it
+    has to wait for another one."""
+    fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log("  waiting for another grading's speed items to finish (one at a time on this machine) ...")
+            t0 = time.monotonic()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            log(f"  ... waited {time.monotonic() - t0:.0f} s")
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+# ---------------------------------------------------------------------------
+# The rows
+
+def not_gradable_here_row(item: PerfItem, cores: int, why_cores: str) -> dict:
+    allowed = sorted(set(item.ranks_allowed) | {item.ranks})
+    return dict(name=item.name, ranks=str(item.ranks), score=0.0, max_score=0.0, status=NOT_GRADABLE_HERE,
+                visibility=item.visibility,
+                output=(f"{NOT_GRADABLE_HERE}: this speed item runs at {' or '.join(map(str, allowed))} ranks, each "
+                        f"on a core of its own, and this grader has {why_cores}; more ranks than cores "
+                        f"measure the scheduler, not the code. Its {item.points:g} points are left out of the "
+                        "total, not given as 0 or as full marks."))
+
+
+def perf_rows(lab: Lab, passed: set[str], has_reference: bool, exe_dir: Path, work: Path, log,
+              student: Path | None = None, reference: Path | None = None) -> list[dict]:
+    """The rows of the lab's speed items; `passed`: the names of the items that
+    passed. The benchmarks are exe_dir's unless `student` and `reference` name them."""
+    student = student or exe_dir / f"lab{lab.number}_student_bench"
+    reference = reference or exe_dir / f"lab{lab.number}_bench"
     rows = []
+    cores, why_cores = usable_cores()
+    if lab.perf and has_reference:
+        print(f"  speed: {why_cores}", flush=True)
     for item in lab.perf:
         row = dict(name=item.name, ranks=str(item.ranks), max_score=item.points,
                    visibility=item.visibility)
         missing = [r for r in item.requires if r not in passed]
+        ranks = fit_ranks(item, cores)
         if not has_reference:
             row.update(score=0.0, max_score=0.0, status="not gradable without the reference",
                        output="performance points compare with reference/, which this "
                               "repository does not have; they are left out of the total")
+        elif ranks is None:
+            row = not_gradable_here_row(item, cores, why_cores)
+            print(f"  perf   {item.bench}: {NOT_GRADABLE_HERE} ({item.ranks} ranks, {cores} core(s))", flush=True)
         elif missing:
             row.update(score=0.0, status="failed",
                        output="speed counts only for a correct solution; first pass: " + "; ".join(missing))
         else:
             t0 = time.monotonic()
-            score, status, output = score_perf(item, exe_dir / f"lab{lab.number}_student_bench",
-                                               exe_dir / f"lab{lab.number}_bench", work, log)
-            row.update(score=score, status=status, output=output)
-            if status == "not gradable":
+            with speed_turn(lambda text: print(text, flush=True)):
+                result = score_perf(item, ranks, student, reference, work, log)
+            moved = "" if ranks == item.ranks else (f"run at {ranks} ranks, not {item.ranks}: {why_cores}; the "
+                                                     f"rubric allows {' or '.join(map(str, item.ranks_allowed))}\n")
+            row.update(score=result.score, status=result.status, output=moved + result.output,
+                       ranks=str(ranks) if not moved else f"{ranks} (not {item.ranks})",
+                       extra_data=dict(result.details, cores=cores))
+            if result.status in ("not gradable", TOO_NOISY):
                 row["max_score"] = 0.0
-            print(f"  perf   {item.bench} at {item.ranks} rank(s): {score:g}/{item.points:g} "
+            if result.details:
+                row["speed"] = (f"ratio {result.details['ratio']:.2f}, reference spread "
+                                f"{result.details['reference_spread']:.2f}x, {result.details['pairs']} pairs")
+            print(f"  perf   {item.bench} at {ranks} rank(s): {result.score:g}/{item.points:g} "
+                  f"{'(' + TOO_NOISY + ') ' if result.status == TOO_NOISY else ''}"
                   f"({time.monotonic() - t0:.1f} s)", flush=True)
         rows.append(row)
     return rows

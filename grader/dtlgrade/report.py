@@ -2,8 +2,9 @@
 batch summary.
 
 Every item's result is a row, a dict with Gradescope's fields: name, ranks,
-score, max_score, status ("passed", "failed", or "not gradable ..." for an item
-left out of the total), visibility and output. print_report() prints the table
+score, max_score, status ("passed", "failed", or "not gradable ..." / "too noisy
+..." for an item left out of the total), visibility and output; a speed item's
+also `speed` (a line for the table) and `extra_data` (its numbers, for the JSON). print_report() prints the table
 and each failed item's first problem; gradescope_results() makes results.json,
 one test per row (test_entry()); write_summary() writes a batch's summary.csv.
 """
@@ -26,7 +27,8 @@ def print_table(lab: Lab, rows: list[dict], total: float, max_total: float, out)
     print(f"{'item':<{width}}  {'ranks':<10} {'points':>11}  status", file=out)
     for r in rows:
         pts = f"{r['score']:g} / {r['max_score']:g}"
-        print(f"{r['name']:<{width}}  {r['ranks']:<10} {pts:>11}  {r['status']}", file=out)
+        speed = f"  ({r['speed']})" if r.get("speed") else ""  # a speed item's ratio and noise (perf.py)
+        print(f"{r['name']:<{width}}  {r['ranks']:<10} {pts:>11}  {r['status']}{speed}", file=out)
     print(f"{'TOTAL':<{width}}  {'':<10} {f'{total:g} / {max_total:g}':>11}", file=out)
 
 
@@ -42,12 +44,15 @@ def print_report(lab: Lab, rows: list[dict], total: float, max_total: float, out
 
 
 def test_entry(row: dict) -> dict:
-    """One Gradescope test. An item not gradable here (a GPU item without a GPU) has no
-    status, so Gradescope shows it as neither passed nor failed, with the reason."""
+    """One Gradescope test. An item not gradable here (a GPU item without a GPU, a
+    speed item with more ranks than cores or too noisy to grade) has no status, so
+    Gradescope shows it as neither passed nor failed, with the reason."""
     entry = {"name": row["name"], "score": row["score"], "max_score": row["max_score"],
              "output": row["output"], "visibility": row["visibility"]}
     if row["status"] in ("passed", "failed"):
         entry["status"] = row["status"]
+    if row.get("extra_data"):  # a speed item's measurement: ratio, the reference's spread, pairs, ranks, cores
+        entry["extra_data"] = row["extra_data"]
     return entry
 
 

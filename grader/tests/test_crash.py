@@ -29,10 +29,10 @@ class TestCrash(helpers.GraderAssertions, unittest.TestCase):
 
     def test_ping_pong_items_zero_others_full(self):
         self.assertGradescopeJson(self.graded)
-        self.assertEqual(self.graded.json["max_score"], 90)
+        self.assertEqual(self.graded.json["max_score"], 90 - self.graded.speed_out())
         self.assertEqual(len(self.graded.items("ping_pong")), 2)
         self.assertOnlyGroupsFail(self.graded, ("ping_pong",))
-        self.assertEqual(self.graded.json["score"], 65)
+        self.assertEqual(self.graded.json["score"], 65 - self.graded.speed_out())
 
     def test_message_says_it_crashed(self):
         for t in self.graded.items("ping_pong"):

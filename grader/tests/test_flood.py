@@ -30,10 +30,10 @@ class TestFlood(helpers.GraderAssertions, unittest.TestCase):
 
     def test_halo_items_zero_others_full(self):
         self.assertGradescopeJson(self.graded)
-        self.assertEqual(self.graded.json["max_score"], 90)
+        self.assertEqual(self.graded.json["max_score"], 90 - self.graded.speed_out())
         self.assertEqual(len(self.graded.items("halo_exchange")), 2)
         self.assertOnlyGroupsFail(self.graded, ("halo_exchange",))
-        self.assertEqual(self.graded.json["score"], 75)
+        self.assertEqual(self.graded.json["score"], 75 - self.graded.speed_out())
 
     def test_message_is_about_output(self):
         for t in self.graded.items("halo_exchange"):

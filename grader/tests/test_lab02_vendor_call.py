@@ -34,7 +34,7 @@ class TestLab02VendorCall(helpers.GraderAssertions, unittest.TestCase):
 
     def test_broadcast_items_zero_others_full(self):
         self.assertGradescopeJson(self.graded)
-        self.assertEqual(self.graded.json["max_score"], 100)
+        self.assertEqual(self.graded.json["max_score"], 100 - self.graded.speed_out())
         self.assertEqual(len(self.graded.items("lab02_broadcast")), 2)
         self.assertEqual(len(self.graded.items("lab02_hidden_broadcast")), 1)
         self.assertOnlyGroupsFail(self.graded, ("lab02_broadcast", "lab02_hidden_broadcast", "perf"))
@@ -48,7 +48,8 @@ class TestLab02VendorCall(helpers.GraderAssertions, unittest.TestCase):
         for t in self.graded.items("lab02_broadcast") + self.graded.items("lab02_hidden_broadcast"):
             self.assertIn("uses MPI_Bcast", t["output"], t["name"])
         (speed,) = self.graded.items("perf")
-        self.assertIn("speed counts only for a correct solution", speed["output"])
+        if not helpers.speed_left_out(speed):  # a grader with fewer cores than the item's 3 ranks
+            self.assertIn("speed counts only for a correct solution", speed["output"])
 
 
 if __name__ == "__main__":

@@ -50,8 +50,8 @@ class TestCheckoutOfReference(helpers.GraderAssertions, unittest.TestCase):
     def test_full_marks(self):
         self.assertEqual(self.graded.returncode, 0, self.graded.output[-3000:])
         self.assertGradescopeJson(self.graded)
-        self.assertEqual(self.graded.json["score"], 100)
-        self.assertEqual(self.graded.json["max_score"], 100)
+        self.assertEqual(self.graded.json["score"], 100 - self.graded.speed_out())
+        self.assertEqual(self.graded.json["max_score"], 100 - self.graded.speed_out())
         self.assertFullMarks(self.graded.json["tests"])
 
     def test_ignored_files_noted(self):

@@ -1,0 +1,295 @@
+"""Fair speed items, without building anything (grader/dtlgrade/perf.py; seconds):
+
+- the cores the grader may use: its affinity mask (a child pinned to one CPU
+  sees one core) and a cgroup quota (v2 cpu.max, v1 cfs_quota_us, the smallest
+  up the hierarchy), read from fake cgroup trees;
+- which rank count an item runs at (fit_ranks()), and the "not gradable here"
+  row when none fits;
+- the noise guard (Note [Noise guard]) on made-up measurements: the reference
+  against itself on a noisy machine (seeded random noise, and the numbers of
+  issue 31) scores full marks or "too noisy", never less; a slow submission still
+  loses its points on a quiet and on a noisy machine; the pair count grows only
+  while the result is unclear;
+- what a speed row reports: the spread in the printed table and in results.json
+  (extra_data), no Gradescope status when too noisy;
+- the machine's speed lock: a second grading waits for the first.
+"""
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import helpers  # noqa: E402,F401  (puts grader/ on sys.path)
+
+from dtlgrade import perf  # noqa: E402
+from dtlgrade.lab import Lab, PerfItem  # noqa: E402
+from dtlgrade.report import print_table, test_entry  # noqa: E402
+
+
+def item(**kw) -> PerfItem:
+    args = dict(name="Speed: x", points=5, bench="Row/1 MiB", ranks=2, runs=5, full_at=1.5, zero_at=3.0)
+    args.update(kw)
+    return PerfItem(**args)
+
+
+class FakeBench:
+    """measure= for score_perf(): the reference's value is 1 and the submission's
+    `slowdown`, each times exp(noise()); or given sequences of values."""
+
+    def __init__(self, slowdown=1.0, noise=lambda: 0.0, reference=None, submission=None):
+        self.slowdown, self.noise = slowdown, noise
+        self.reference = list(reference) if reference is not None else None
+        self.submission = list(submission) if submission is not None else None
+        self.calls = []
+
+    def __call__(self, binary, item, ranks, work, log):
+        self.calls.append((binary.name, ranks))
+        if binary.name == "reference":
+            return (self.reference.pop(0) if self.reference is not None else math.exp(self.noise())), ""
+        if self.submission is not None:
+            return self.submission.pop(0), ""
+        return self.slowdown * math.exp(self.noise()), ""
+
+
+def grade_with(bench: FakeBench, it: PerfItem | None = None) -> perf.PerfResult:
+    return perf.score_perf(it or item(), 2, Path("submission"), Path("reference"), Path("."), lambda _: None,
+                           measure=bench)
+
+
+def mixture(rng: random.Random, busy_share: float, quiet: float, busy: float):
+    """Log-noise of a run: mostly `quiet`, sometimes (busy_share) `busy` (a build, a
+    batch beside the grader)."""
+    return lambda: rng.gauss(0, busy if rng.random() < busy_share else quiet)
+
+
+class TestCores(unittest.TestCase):
+    def fake_cgroup(self, files: dict[str, str]) -> Path:
+        root = Path(tempfile.mkdtemp(prefix="dtl-cgroup-"))
+        self.addCleanup(shutil.rmtree, root)
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        return root
+
+    V2_MOUNT = "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+    V1_MOUNT = ("31 23 0:27 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
+                "32 23 0:28 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n")
+
+    def test_v2_quota_smallest_up_the_hierarchy(self):
+        root = self.fake_cgroup({"sys/fs/cgroup/cpu.max": "max 100000\n",
+                                 "sys/fs/cgroup/grading/cpu.max": "150000 100000\n",
+                                 "sys/fs/cgroup/grading/one/cpu.max": "max 100000\n"})
+        cores, why = perf.cgroup_cpu_quota("0::/grading/one\n", self.V2_MOUNT, root)
+        self.assertEqual(cores, 1.5)
+        self.assertIn("grading/cpu.max", why)
+
+    def test_v2_without_quota(self):
+        root = self.fake_cgroup({"sys/fs/cgroup/cpu.max": "max 100000\n",
+                                 "sys/fs/cgroup/a/cpu.max": "max 100000\n"})
+        self.assertEqual(perf.cgroup_cpu_quota("0::/a\n", self.V2_MOUNT, root), (None, "no cgroup CPU quota"))
+
+    def test_v1_cfs_quota(self):
+        root = self.fake_cgroup({"sys/fs/cgroup/cpu,cpuacct/docker/x/cpu.cfs_quota_us": "200000\n",
+                                 "sys/fs/cgroup/cpu,cpuacct/docker/x/cpu.cfs_period_us": "100000\n",
+                                 "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "-1\n",
+                                 "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n"})
+        cores, _ = perf.cgroup_cpu_quota("4:memory:/docker/x\n3:cpu,cpuacct:/docker/x\n", self.V1_MOUNT, root)
+        self.assertEqual(cores, 2.0)
+
+    def test_affinity_of_one_cpu_is_one_core(self):
+        cpu = min(os.sched_getaffinity(0))
+        code = "import sys; sys.path.insert(0, 'grader'); from dtlgrade import perf; print(perf.usable_cores()[0])"
+        out = subprocess.run([sys.executable, "-c", code], cwd=helpers.ROOT, capture_output=True, text=True,
+                             preexec_fn=lambda: os.sched_setaffinity(0, {cpu}), check=True).stdout
+        self.assertEqual(out.strip(), "1")
+
+    def test_usable_cores_says_how_it_knows(self):
+        cores, why = perf.usable_cores()
+        self.assertGreaterEqual(cores, 1)
+        self.assertLessEqual(cores, len(os.sched_getaffinity(0)))
+        self.assertIn("affinity mask", why)
+
+    def test_fit_ranks(self):
+        self.assertEqual(perf.fit_ranks(item(ranks=3, ranks_allowed=[2, 3]), 4), 3)
+        self.assertEqual(perf.fit_ranks(item(ranks=3, ranks_allowed=[2, 3]), 2), 2)
+        self.assertIsNone(perf.fit_ranks(item(ranks=3, ranks_allowed=[2, 3]), 1))
+        self.assertIsNone(perf.fit_ranks(item(ranks=3), 2))
+        self.assertEqual(perf.fit_ranks(item(ranks=2), 2), 2)
+
+    def test_not_gradable_here_row_is_out_of_the_total(self):
+        row = perf.not_gradable_here_row(item(ranks=3), 2, "2 usable core(s): ...")
+        self.assertEqual((row["score"], row["max_score"]), (0.0, 0.0))
+        self.assertEqual(row["status"], perf.NOT_GRADABLE_HERE)
+        self.assertIn("runs at 3 ranks", row["output"])
+        self.assertNotIn("status", test_entry(row))
+
+    def test_perf_rows_without_enough_cores(self):
+        lab = Lab(number="99", name="99_x", title="x", items=[], perf=[item(ranks=3)])
+        real = perf.usable_cores
+        perf.usable_cores = lambda: (2, "2 usable core(s): test")
+        try:
+            (row,) = perf.perf_rows(lab, {"whatever"}, True, Path("/nonexistent"), Path("."), lambda _: None)
+        finally:
+            perf.usable_cores = real
+        self.assertEqual(row["status"], perf.NOT_GRADABLE_HERE)
+        self.assertEqual(row["max_score"], 0.0)
+
+
+class TestNoiseGuard(unittest.TestCase):
+    def test_reference_against_itself_never_loses_points(self):
+        """200 gradings of the reference against itself per noise level, from a quiet
+        machine to one where a run is often 2x off: full marks or too noisy."""
+        outcomes = {}
+        for quiet, busy, share in ((0.03, 0.2, 0.05), (0.1, 0.5, 0.3), (0.2, 0.8, 0.5)):
+            rng = random.Random(31)
+            for _ in range(200):
+                result = grade_with(FakeBench(1.0, mixture(rng, share, quiet, busy)))
+                self.assertIn(result.status, ("passed", perf.TOO_NOISY), result.output)
+                if result.status == "passed":
+                    self.assertEqual(result.score, 5)
+                outcomes[result.status] = outcomes.get(result.status, 0) + 1
+        self.assertGreater(outcomes["passed"], outcomes.get(perf.TOO_NOISY, 0))  # mostly graded
+
+    def test_issue_31_numbers_are_not_a_lower_score(self):
+        """Issue 31: the reference's time/vendor swung from 0.40 to 0.87 between runs
+        and, compared one run with one run, the pairs said 1.47..2.17 (3.63 / 5). The
+        reference before and after each submission run evens that out: full marks."""
+        reference = [0.40, 0.87, 0.45, 0.85, 0.44, 0.80, 0.86, 0.41, 0.42, 0.84]
+        submission = [0.84, 0.83, 0.86, 0.85, 0.87]
+        result = grade_with(FakeBench(reference=reference, submission=submission))
+        self.assertEqual((result.status, result.score), ("passed", 5), result.output)
+
+    def test_unlucky_pairs_are_too_noisy_not_a_lower_score(self):
+        """Worse luck: in most pairs both reference runs came out fast and the
+        submission's (the same code) slow, a median ratio near 2. The other pairs show
+        the reference 2x apart from itself, so that ratio says nothing: more pairs,
+        then "too noisy", out of the total."""
+        fast_fast = [0.42, 0.85, 0.43]   # reference, submission, reference
+        swung = [0.41, 0.86, 0.87]
+        runs = (fast_fast * 3 + swung * 2) * 2
+        result = grade_with(FakeBench(reference=[v for i, v in enumerate(runs) if i % 3 != 1],
+                                      submission=runs[1::3]))
+        self.assertEqual(result.status, perf.TOO_NOISY, result.output)
+        self.assertEqual(result.score, 0.0)
+        self.assertGreater(result.details["ratio"], 1.5)
+        self.assertEqual(result.details["pairs"], 10)  # measured up to max_runs first
+        self.assertIn("left out of the total", result.output)
+
+    def test_quiet_reference_takes_the_minimum_pairs(self):
+        bench = FakeBench(1.0, mixture(random.Random(1), 0.0, 0.02, 0.02))
+        result = grade_with(bench)
+        self.assertEqual((result.status, result.score, result.details["pairs"]), ("passed", 5, 5))
+        self.assertEqual(len(bench.calls), 15)
+        # each pair: the reference, the submission, the reference, back to back
+        self.assertEqual([c[0] for c in bench.calls[:3]], ["reference", "submission", "reference"])
+
+    def test_slow_submission_loses_its_points_quiet_and_noisy(self):
+        for slowdown, quiet, busy, share in ((3.5, 0.03, 0.2, 0.05), (30.0, 0.1, 0.5, 0.3)):
+            rng = random.Random(7)
+            for _ in range(50):
+                result = grade_with(FakeBench(slowdown, mixture(rng, share, quiet, busy)))
+                self.assertEqual((result.status, result.score), ("failed", 0.0), result.output)
+                self.assertGreaterEqual(result.details["ratio"], 3.0)
+
+    def test_noise_bound(self):
+        self.assertAlmostEqual(perf.noise_bound([1.1, 1.2, 1.05, 1.3, 1.15]), 1.3)  # 5 pairs: the largest
+        self.assertLess(perf.noise_bound([12.0] + [1.1] * 9), 1.2)  # one wild pair in 10 weighs little
+        self.assertAlmostEqual(perf.noise_bound([12.0, 12.0, 12.0] + [1.1] * 7), 12.0)  # three do
+        self.assertEqual(perf.noise_bound([1.0] * 5), 1.0)
+
+    def test_slow_submission_beside_one_wild_pair(self):
+        """A slow ring shift on the shared machine: 10x slower, the reference's own
+        runs once 12x apart (measured so, with a spinning process and two builds
+        beside the grader): more pairs, then scored, not "too noisy"."""
+        reference = [1.0, 12.0] + [1.0, 1.1] * 9
+        submission = [10.0] * 10
+        result = grade_with(FakeBench(reference=reference, submission=submission))
+        self.assertEqual((result.status, result.score), ("failed", 0.0), result.output)
+        self.assertEqual(result.details["pairs"], 6)
+
+    def test_partial_points_when_clearly_slower(self):
+        result = grade_with(FakeBench(2.25))  # exactly between full_at 1.5 and zero_at 3.0, no noise
+        self.assertEqual((result.status, result.score), ("failed", 2.5))
+        self.assertEqual(result.details["reference_spread"], 1.0)
+
+    def test_unclear_measures_more_pairs_then_decides(self):
+        # pairs 1-5: ratio 1.6 with the reference 1.2x apart (unclear); then quiet pairs at 1.0
+        reference = [1.0, 1.2] * 5 + [1.0] * 20
+        submission = [1.755] * 5 + [1.0] * 10
+        result = grade_with(FakeBench(reference=reference, submission=submission), item(max_runs=12))
+        self.assertEqual((result.status, result.score), ("passed", 5), result.output)
+        self.assertEqual(result.details["pairs"], 10)  # the lower middle of 10 is the first at 1.0
+
+    def test_failures(self):
+        self.assertEqual(grade_with(FakeBench(reference=[None])).status, "not gradable")
+        self.assertEqual(grade_with(FakeBench(reference=[1.0, 0.0])).status, "not gradable")
+
+        class NoSubmission(FakeBench):
+            def __call__(self, binary, item, ranks, work, log):
+                return (None, "crashed") if binary.name == "submission" else (1.0, "")
+        result = grade_with(NoSubmission())
+        self.assertEqual((result.status, result.score), ("failed", 0.0))
+
+    def test_rubric_checks(self):
+        with self.assertRaises(TypeError):
+            item(runs=5, max_runs=3)
+        with self.assertRaises(TypeError):
+            item(full_at=3.0, zero_at=1.5)
+        self.assertEqual(item(ranks=3, ranks_allowed=[2]).ranks_allowed, [2, 3])
+        self.assertEqual(item(runs=4).max_runs, 8)
+
+
+class TestReported(unittest.TestCase):
+    def row(self, status: str) -> dict:
+        return dict(name="Speed: x", ranks="2", score=0.0 if status == perf.TOO_NOISY else 5.0,
+                    max_score=0.0 if status == perf.TOO_NOISY else 5.0, status=status, visibility="visible",
+                    output="...", speed="ratio 1.62, reference spread 1.90x, 10 pairs",
+                    extra_data=dict(ratio=1.62, reference_spread=1.9, pairs=10, ranks=2, cores=2))
+
+    def test_table_shows_the_spread(self):
+        import io
+        out = io.StringIO()
+        lab = Lab(number="99", name="99_x", title="x", items=[])
+        print_table(lab, [self.row(perf.TOO_NOISY)], 0, 0, out)
+        self.assertIn("too noisy to grade speed here  (ratio 1.62, reference spread 1.90x, 10 pairs)",
+                      out.getvalue())
+
+    def test_json_has_the_spread_and_no_status_when_too_noisy(self):
+        entry = test_entry(self.row(perf.TOO_NOISY))
+        self.assertNotIn("status", entry)
+        self.assertEqual(entry["extra_data"]["reference_spread"], 1.9)
+        self.assertEqual(test_entry(self.row("passed"))["status"], "passed")
+
+
+class TestSpeedTurn(unittest.TestCase):
+    def test_second_grading_waits(self):
+        lock = tempfile.mktemp(prefix="dtl-speed-test-")
+        self.addCleanup(lambda: os.path.exists(lock) and os.unlink(lock))
+        real = perf.LOCK_FILE
+        perf.LOCK_FILE = Path(lock)
+        self.addCleanup(setattr, perf, "LOCK_FILE", real)
+        holder = subprocess.Popen([sys.executable, "-c", (
+            "import sys, time; sys.path.insert(0, 'grader'); from pathlib import Path; from dtlgrade import perf\n"
+            f"perf.LOCK_FILE = Path({lock!r})\n"
+            "with perf.speed_turn():\n    print('held', flush=True); time.sleep(1.5)\n")],
+            cwd=helpers.ROOT, stdout=subprocess.PIPE, text=True)
+        self.addCleanup(holder.stdout.close)
+        self.assertEqual(holder.stdout.readline().strip(), "held")
+        said = []
+        t0 = time.monotonic()
+        with perf.speed_turn(said.append):
+            waited = time.monotonic() - t0
+        holder.wait()
+        self.assertGreater(waited, 0.5)
+        self.assertIn("waiting for another grading's speed items", said[0])
+
+
+if __name__ == "__main__":
+    unittest.main()
