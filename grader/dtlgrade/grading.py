@@ -50,6 +50,7 @@ WORKERS: set[int] = set()
 HIDDEN_POINTS_NOTE = ("more points come from hidden tests (other rank counts and inputs), graded by your "
                       "instructor: they are not in this total")
 
+
 def cleanup() -> None:
     """Stops the batch's gradings in progress, which remove their own folders, and
     removes this process's temporary folders (the grader was interrupted)."""
