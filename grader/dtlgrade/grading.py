@@ -104,6 +104,11 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
         # not gradable in a repository without reference/ (a student's export).
         has_reference = (tree / "reference" / lab.name / "src").is_dir()
         targets = list(binaries.values())
+        # The expected tests come from the course's own programs (the reference's),
+        # never from one that links submitted code (runner.run_items()).
+        listers = {kind: exe.replace("_student_", "_reference_") for kind, exe in binaries.items()} \
+            if has_reference else {}
+        targets += list(listers.values())
         if lab.perf and has_reference:
             targets += [f"lab{lab.number}_student_bench", f"lab{lab.number}_bench"]
 
@@ -150,7 +155,7 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
             runnable = [i for i in items if gpu or not i.gpu]
             confine(run_box)
             by_run, names, listing = run_items(runnable, binaries, exe_dir, runs, log,
-                                               Allowance.starting_now(lab.budget))
+                                               Allowance.starting_now(lab.budget), listers)
             rows = item_rows(items, gpu, by_run, names, listing)
             passed = {r["name"] for r in rows if r["status"] == "passed"}
             rows += perf_rows(lab, passed, has_reference, exe_dir, runs, log)
