@@ -12,7 +12,8 @@ The temporary folder holds tree/ (the pristine tree with the submission),
 build/ and runs/ (each run's working folder). The build's sandbox sees all of it
 read-only but build/ (it compiles the reference and the hidden tests; nothing of
 the submission runs while compiling); the runs' sandbox also covers the tree's
-reference/ and grader/hidden/ (the sources) and may write build/ and runs/.
+reference/ and grader/hidden/ (the sources) and build/ but for the one program
+the run runs (read-only), and may write runs/ alone.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import imports, progress
+from . import imports, objects, progress
 from .build import build, compiler_errors, foreign_includes
 from .lab import ROOT, GraderError, Lab, binaries_for, read_toml, skeleton_src
 from .perf import perf_rows
@@ -44,12 +45,17 @@ def cleanup() -> None:
 
 
 def refused_imports(lab: Lab, tree: Path, build_dir: Path) -> list[tuple[str, imports.Refusal]]:
-    """(lab folder, refusal) for every import the rules refuse, in the lab's student
-    library and in the dependency labs' (each under its own rubric's rules)."""
+    """(lab folder, refusal) for every import the rules refuse, every definition or
+    start-up section they refuse, and every line of inline assembly (objects.py), in
+    the lab's student library and in the dependency labs' (each under its own
+    rubric's rules): every submitted file a build compiles."""
     found = [(lab.name, r) for r in imports.check(tree, build_dir, lab.name, lab.imports)]
     for dep in lab.depends:
         policy = imports.Policy.from_rubric(read_toml(ROOT / "grader" / "rubrics" / f"{dep[:2]}.toml"))
         found += [(dep, r) for r in imports.check(tree, build_dir, dep, policy)]
+    for name in [lab.name, *lab.depends]:
+        found += [(name, r) for r in objects.check_objects(tree, build_dir, name)]
+        found += [(name, r) for r in objects.check_assembly(tree, build_dir, name)]
     return found
 
 
@@ -117,9 +123,10 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
             notes.append("graded WITHOUT the sandbox (--no-sandbox): the submission ran with the grader's rights")
             print(f"  note: {notes[-1]}")
         else:
-            build_box = Sandbox(tree=work, writable=[work / "build"])
-            run_box = Sandbox(tree=work, writable=[work / "build", runs],
-                              hidden=[tree / "reference", tree / "grader" / "hidden"], gpu=gpu)
+            build_box = Sandbox(tree=work, writable=[work / "build"], cache=True)
+            # A run writes only runs/; of build/ it sees the one program it runs, read-only.
+            run_box = Sandbox(tree=work, writable=[runs], hidden=[tree / "reference", tree / "grader" / "hidden"],
+                              gpu=gpu, programs_only=work / "build")
 
         print("  building ...", flush=True)
         confine(build_box, building=True)
@@ -178,6 +185,18 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
         WORK_FOLDERS.discard(work)
 
 
+def grader_error_results(lab: Lab, error: BaseException) -> dict:
+    """The results of a submission the grader itself failed on: 0 of the lab's
+    points, saying so, so that an instructor regrades it by hand."""
+    max_total = sum(i.points for i in lab.items) + sum(p.points for p in lab.perf)
+    return {"score": 0.0, "max_score": float(max_total), "execution_time": 0.0,
+            "output": f"Lab {lab.number}: grader error ({type(error).__name__}: {error}); not graded, "
+                      "ask your instructor", "visibility": "visible", "stdout_visibility": "hidden",
+            "tests": [{"name": "grader error", "score": 0.0, "max_score": float(max_total), "status": "failed",
+                       "output": f"the grader failed on this submission: {type(error).__name__}: {error}",
+                       "visibility": "visible"}]}
+
+
 def grade_batch(lab: Lab, folder: Path, out: Path, hidden_dirs: list[Path], args) -> int:
     """Grades every sub-folder of `folder` (a submission each, named by the folder),
     one after the other; writes out/NAME.json and out/summary.csv."""
@@ -190,8 +209,14 @@ def grade_batch(lab: Lab, folder: Path, out: Path, hidden_dirs: list[Path], args
     graded: dict[str, dict] = {}
     for sub in submissions:
         args.submission = str(sub)
-        source, description = submission_sources(lab, args)
-        graded[sub.name] = grade_one(lab, source, description, hidden_dirs, args)
+        try:
+            source, description = submission_sources(lab, args)
+            graded[sub.name] = grade_one(lab, source, description, hidden_dirs, args)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as e:  # noqa: BLE001 -- one submission must not end the batch
+            graded[sub.name] = grader_error_results(lab, e)
+            print(f"  GRADER ERROR for {sub.name}: {type(e).__name__}: {e} -- recorded, going on", flush=True)
         write_results(out / f"{sub.name}.json", graded[sub.name])
     write_summary(out / "summary.csv", graded)
     print(f"\ngraded {len(submissions)} submissions; results in {out}/ (summary.csv, NAME.json)")
