@@ -114,7 +114,7 @@ def asm_lines(text: str, submitted: set[str] | None) -> list[tuple[str, int, str
     for raw in lines:
         marker = _LINEMARKER.match(raw) if submitted is not None else None
         if marker:
-            line_no, current = int(marker.group(1)), marker.group(2)
+            line_no, current = int(marker.group(1)) - 1, marker.group(2)  # the next line is line N
             continue
         line_no += 1
         if submitted is not None and current not in submitted:

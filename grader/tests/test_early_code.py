@@ -24,7 +24,8 @@ import helpers  # noqa: E402
 ATTACKS = {
     "alpha_beta.cc": """\
 namespace {
-__attribute__((constructor(101))) void first_in_line() {}
+volatile int seen;
+__attribute__((constructor(101))) void first_in_line() { seen = 1; }
 }  // namespace
 """,
     "halo.cc": """\
