@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 RECORDS_CAP = 8 << 20      # bytes of progress records read at most; a run writes far less
-EVENTS = {"begin", "start", "end", "timeout", "done"}
+EVENTS = {"begin", "start", "end", "timeout", "done", "row"}
 STATUSES = {"passed", "failed", "skipped"}
 
 
@@ -141,6 +141,12 @@ def _check_record(record: object, seq: int) -> str | None:
             return "malformed seconds or failures"
     if event == "timeout" and not isinstance(record.get("report", ""), str):
         return "malformed report"
+    if event == "row":  # a benchmark row (harness/bench/bench_mpi_main.cc)
+        counters = record.get("counters")
+        if not isinstance(record.get("name"), str) or not isinstance(counters, dict) or \
+                not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in counters.values()) or \
+                not isinstance(record.get("error"), (str, type(None))):
+            return "malformed benchmark row"
     if event == "begin" and not isinstance(record.get("world_size"), int):
         return "malformed world size"
     if event == "done" and (not isinstance(record.get("exit"), int) or isinstance(record.get("exit"), bool)):

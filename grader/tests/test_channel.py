@@ -75,6 +75,9 @@ class TestReadRecords(unittest.TestCase):
             "non-numeric seconds": {"seq": 0, "event": "end", "test": "A", "status": "passed", "seconds": "x"},
             "unknown event": {"seq": 0, "event": "pass", "test": "A"},
             "string exit": {"seq": 0, "event": "done", "exit": "0"},
+            "row with a string counter": {"seq": 0, "event": "row", "name": "R/1", "error": None,
+                                          "counters": {"ratio": "0.1"}},
+            "row without counters": {"seq": 0, "event": "row", "name": "R/1", "error": None},
         }
         for what, record in cases.items():
             with self.subTest(what):
@@ -83,6 +86,12 @@ class TestReadRecords(unittest.TestCase):
                 records, why = self.read(line)
                 self.assertIsNotNone(why, what)
                 self.assertEqual(records, [])
+
+    def test_benchmark_row_is_read(self):
+        row = {"seq": 0, "event": "row", "name": "RingShift/4 MiB", "error": None, "counters": {"ratio": 1.25}}
+        records, why = self.read(sealed(row))
+        self.assertIsNone(why)
+        self.assertEqual(records, [row])
 
     def test_replayed_record_fails_closed(self):
         run = good_run()
