@@ -18,6 +18,7 @@ the run runs (read-only), and may write runs/ alone.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -76,6 +77,16 @@ def revert_to_skeleton(tree: Path, refused: list[tuple[str, imports.Refusal]]) -
                 shutil.copyfile(skeleton_src(lab_name) / name, src / name)
                 reverted.add((lab_name, name))
     return notes
+
+
+def strip_debug_info(programs: list[Path]) -> None:
+    """Drops the debug information from the programs a run may see (the hidden
+    tests', the reference's benchmark): a run sees only the program it runs, and
+    of that no more than the machine code (no names of the hidden tests' locals,
+    no line tables)."""
+    for program in programs:
+        if program.is_file():
+            subprocess.run(["strip", "--strip-debug", str(program)], capture_output=True, timeout=120)
 
 
 def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path], args) -> dict:
@@ -159,6 +170,7 @@ def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path],
         else:
             print(f"  built in {made.seconds:.0f} s; running tests ...", flush=True)
             exe_dir = work / "build" / "labs" / lab.name
+            strip_debug_info([exe_dir / name for name in targets])
             runnable = [i for i in items if gpu or not i.gpu]
             confine(run_box)
             by_run, names, listing = run_items(runnable, binaries, exe_dir, runs, log,
