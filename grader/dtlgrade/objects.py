@@ -36,6 +36,7 @@ import subprocess
 from pathlib import Path
 
 from .imports import Refusal, _namespace, student_objects
+from .process import read_confined
 
 # Sections whose code runs before the test main's priority-101 constructor.
 EARLY_SECTIONS = re.compile(r"^(\.init_array\.\d+|\.ctors.*|\.preinit_array.*|\.init)$")
@@ -143,12 +144,8 @@ def _preprocess(entry: dict) -> str | None:
         cmd.append(a)
     if cmd and cmd[0].endswith("ccache"):
         cmd = cmd[1:]
-    try:
-        out = subprocess.run(cmd + ["-E", "-o", "-"], cwd=entry["directory"], capture_output=True, text=True,
-                             errors="replace", timeout=120)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout if out.returncode == 0 else None
+    # In the build's sandbox: the preprocessor opens whatever the sources include.
+    return read_confined(cmd + ["-E", "-o", "-"], Path(entry["directory"]), 120)
 
 
 def check_assembly(tree: Path, build_dir: Path, lab_name: str) -> list[Refusal]:

@@ -5,9 +5,10 @@ refused after the build, before anything runs (grader/dtlgrade/objects.py), name
 and its file graded as the skeleton's, so the total stays 0:
 
   - alpha_beta.cc: a constructor of priority 101 (.init_array.00101), which would
-    run beside the test main's own and race it for the grader's key, and a call
-    of dtl::trace::reset_counts(), which would clear the message counts the
-    tests check (dtl:: is allowed by name, not wholesale);
+    run beside the test main's own and race it for the grader's key
+    (dtl::trace::reset_counts() and the other names of dtl:: a lab may not use
+    are checked one symbol at a time in test_imports_policy.py: in lab 01 the
+    benchmark program does not even link the tracer);
   - halo.cc: `asm(".incbin ...")` at file scope, which reads any readable file into
     the object without appearing in the compiler's dependency list;
   - ping_pong.cc: `__asm__` pasted together by a macro (GLUE(__as, m__)), which no
@@ -25,11 +26,9 @@ import helpers  # noqa: E402
 
 ATTACKS = {
     "alpha_beta.cc": """\
-#include "harness/testing/mpi_tracer.h"
 namespace {
 volatile int seen;
 __attribute__((constructor(101))) void first_in_line() { seen = 1; }
-[[maybe_unused]] void forget_the_messages() { dtl::trace::reset_counts(); }
 }  // namespace
 """,
     "halo.cc": """\
@@ -72,7 +71,6 @@ class TestEarlyCode(helpers.GraderAssertions, unittest.TestCase):
         out = self.graded.output
         self.assertIn("src/alpha_beta.cc uses section .init_array.00101", out)
         self.assertIn("start-up code that would run before the test main", out)
-        self.assertIn("src/alpha_beta.cc uses dtl::trace::reset_counts()", out)
         self.assertRegex(out, r"src/halo\.cc uses (asm|\.incbin) at line \d+")
         self.assertRegex(out, r"src/ping_pong\.cc uses __asm__ at line \d+")
         self.assertIn("src/ring.cc uses read", out)
