@@ -32,8 +32,9 @@ inside `bwrap` (Debian's bubblewrap) with
   - tmpfs of a fixed size for /tmp and /dev/shm;
 
 and limits() sets per-process resource limits (CPU seconds, file size, open files,
-processes, address space where no GPU is used, no core files) before the command
-starts, inherited by mpirun and every rank.
+processes, address space: 6 GiB per compiler process, 16 GiB per rank where no
+GPU is used; no core files) before the command starts, inherited by mpirun and
+every rank.
 
 Where bwrap is missing or cannot create namespaces (some containers forbid it),
 probe() says why; the grader then refuses to run unless told --no-sandbox, and
@@ -55,6 +56,7 @@ BUILD_FILE_BYTES = 2 << 30
 OPEN_FILES = 4096
 PROCESSES = 4096                # counted per user; not enforced for root (the sandbox's PID namespace is the wall there)
 ADDRESS_SPACE_BYTES = 16 << 30  # per process; left unlimited where CUDA runs (it reserves huge virtual ranges)
+BUILD_ADDRESS_SPACE_BYTES = 6 << 30  # per compiler process: `#include "/dev/zero"` ends there, not in the machine's memory
 
 TMP_BYTES = 1 << 30              # the sandbox's /tmp
 SHM_BYTES = 4 << 30              # its /dev/shm: Open MPI's shared-memory segments, 8 ranks of large messages
@@ -147,7 +149,9 @@ class Sandbox:
             cap(resource.RLIMIT_NOFILE, OPEN_FILES)
             cap(resource.RLIMIT_NPROC, PROCESSES)
             cap(resource.RLIMIT_CORE, 0)
-            if not gpu and not build:
+            if build:
+                cap(resource.RLIMIT_AS, BUILD_ADDRESS_SPACE_BYTES)
+            elif not gpu:
                 cap(resource.RLIMIT_AS, ADDRESS_SPACE_BYTES)
 
         return apply
