@@ -22,7 +22,7 @@ inside `bwrap` (Debian's bubblewrap) with
   - its own user namespace with every capability dropped (--unshare-user
     --cap-drop ALL --disable-userns): a grader running as root (Gradescope, a
     container) gives the submission no CAP_SYS_ADMIN to unmount what covers
-    reference/, and the process limit binds;
+    reference/ (the process limit still does not bind a real root, measured);
   - for a test run, none of the build folder but the programs on its command
     line (read-only): not the other test programs (hidden tests), not the
     reference's library or benchmark, and nothing there to overwrite before the
