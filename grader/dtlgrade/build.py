@@ -63,18 +63,23 @@ def foreign_includes(lab: Lab, tree: Path, build_dir: Path) -> list[str]:
     can reach any file the compiler can open: the reference's solution in the
     pristine tree or in this repository, hidden tests, another student's folder.
     The compiler's own dependency lists (ninja -t deps) say what every object of
-    the student library really read; anything outside the lab's src/ and
-    include/, the harness, datasets/ and the system folders is refused."""
+    the student libraries really read (the lab's and the labs it links: every
+    submitted file the build compiles); anything outside those labs' src/,
+    given/ and include/, the harness, datasets/ and the system folders is
+    refused. `asm(".incbin ...")` reads a file without a trace in these lists:
+    objects.py refuses inline assembly."""
     # ninja's own output (not the submission's), read whole: run_capped would cut it.
     deps = subprocess.run(["ninja", "-C", str(build_dir), "-t", "deps"], capture_output=True, text=True,
                           errors="replace", timeout=120).stdout
-    allowed = [tree / "harness", tree / "datasets", tree / "labs" / lab.name / "include",
-               tree / "labs" / lab.name / "src", tree / "labs" / lab.name / "given"] + [tree / "labs" / d / "include" for d in lab.depends]
-    student_obj = f"CMakeFiles/dtl_lab{lab.number}_student.dir/"
+    # Every lab whose submitted files this build compiles: the lab and the labs it links.
+    labs = [lab.name, *lab.depends]
+    allowed = [tree / "harness", tree / "datasets"] + [tree / "labs" / d / sub for d in labs
+                                                       for sub in ("include", "src", "given")]
+    student_objs = [f"CMakeFiles/dtl_lab{d[:2]}_student.dir/" for d in labs]
     foreign, checking = [], False
     for line in deps.splitlines():
         if not line.startswith((" ", "\t")):
-            checking = student_obj in line
+            checking = any(o in line for o in student_objs)
             continue
         path = line.strip()
         if not checking or not path:

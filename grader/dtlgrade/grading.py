@@ -15,7 +15,8 @@ The temporary folder holds tree/ (the pristine tree with the submission),
 build/ and runs/ (each run's working folder). The build's sandbox sees all of it
 read-only but build/ (it compiles the reference and the hidden tests; nothing of
 the submission runs while compiling); the runs' sandbox also covers the tree's
-reference/ and grader/hidden/ (the sources) and may write build/ and runs/.
+reference/ and grader/hidden/ (the sources) and build/ but for the one program
+the run runs (read-only), and may write runs/ alone.
 """
 from __future__ import annotations
 
@@ -23,13 +24,14 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import imports, progress
+from . import imports, objects, progress
 from .build import build, compiler_errors, foreign_includes
 from .lab import ROOT, GraderError, Lab, binaries_for, read_toml, skeleton_src
 from .perf import fit_ranks, not_gradable_here_row, perf_rows, usable_cores
@@ -65,12 +67,17 @@ def cleanup() -> None:
 
 
 def refused_imports(lab: Lab, tree: Path, build_dir: Path) -> list[tuple[str, imports.Refusal]]:
-    """(lab folder, refusal) for every import the rules refuse, in the lab's student
-    library and in the dependency labs' (each under its own rubric's rules)."""
+    """(lab folder, refusal) for every import the rules refuse, every definition or
+    start-up section they refuse, and every line of inline assembly (objects.py), in
+    the lab's student library and in the dependency labs' (each under its own
+    rubric's rules): every submitted file a build compiles."""
     found = [(lab.name, r) for r in imports.check(tree, build_dir, lab.name, lab.imports)]
     for dep in lab.depends:
         policy = imports.Policy.from_rubric(read_toml(ROOT / "grader" / "rubrics" / f"{dep[:2]}.toml"))
         found += [(dep, r) for r in imports.check(tree, build_dir, dep, policy)]
+    for name in [lab.name, *lab.depends]:
+        found += [(name, r) for r in objects.check_objects(tree, build_dir, name)]
+        found += [(name, r) for r in objects.check_assembly(tree, build_dir, name)]
     return found
 
 
@@ -115,6 +122,16 @@ class Graded:
         return cls(data["rows"], data["notes"], data["refusals"], data["started"],
                    set(data["passed"]) if data["passed"] is not None else None,
                    Path(data["held"]) if data["held"] is not None else None)
+
+
+def strip_debug_info(programs: list[Path]) -> None:
+    """Drops the debug information from the programs a run may see (the hidden
+    tests', the reference's benchmark): a run sees only the program it runs, and
+    of that no more than the machine code (no names of the hidden tests' locals,
+    no line tables)."""
+    for program in programs:
+        if program.is_file():
+            subprocess.run(["strip", "--strip-debug", str(program)], capture_output=True, timeout=120)
 
 
 def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path], args) -> dict:
@@ -164,6 +181,11 @@ def grade_correctness(lab: Lab, source: Path, description: str, hidden_dirs: lis
         # not gradable in a repository without reference/ (a student's export).
         has_reference = (tree / "reference" / lab.name / "src").is_dir()
         targets = list(binaries.values())
+        # The expected tests come from the course's own programs (the reference's),
+        # never from one that links submitted code (runner.run_items()).
+        listers = {kind: exe.replace("_student_", "_reference_") for kind, exe in binaries.items()} \
+            if has_reference else {}
+        targets += list(listers.values())
         if lab.perf and has_reference:
             targets += [f"lab{lab.number}_student_bench", f"lab{lab.number}_bench"]
 
@@ -172,9 +194,10 @@ def grade_correctness(lab: Lab, source: Path, description: str, hidden_dirs: lis
             notes.append("graded WITHOUT the sandbox (--no-sandbox): the submission ran with the grader's rights")
             print(f"  note: {notes[-1]}")
         else:
-            build_box = Sandbox(tree=work, writable=[work / "build"])
-            run_box = Sandbox(tree=work, writable=[work / "build", runs],
-                              hidden=[tree / "reference", tree / "grader" / "hidden"], gpu=gpu)
+            build_box = Sandbox(tree=work, writable=[work / "build"], cache=True)
+            # A run writes only runs/; of build/ it sees the one program it runs, read-only.
+            run_box = Sandbox(tree=work, writable=[runs], hidden=[tree / "reference", tree / "grader" / "hidden"],
+                              gpu=gpu, programs_only=work / "build")
 
         print("  building ...", flush=True)
         confine(build_box, building=True)
@@ -211,10 +234,11 @@ def grade_correctness(lab: Lab, source: Path, description: str, hidden_dirs: lis
         else:
             print(f"  built in {made.seconds:.0f} s; running tests ...", flush=True)
             exe_dir = work / "build" / "labs" / lab.name
+            strip_debug_info([exe_dir / name for name in targets])
             runnable = [i for i in items if gpu or not i.gpu]
             confine(run_box)
             by_run, names, listing = run_items(runnable, binaries, exe_dir, runs, log,
-                                               Allowance.starting_now(lab.budget))
+                                               Allowance.starting_now(lab.budget), listers)
             rows = item_rows(items, gpu, by_run, names, listing)
             passed = {r["name"] for r in rows if r["status"] == "passed"}
             if hold is not None and lab.perf and has_reference:
@@ -312,6 +336,18 @@ def _graded_in_worker(lab: Lab, sub: Path, hidden_dirs: list[Path], args, hold: 
         os._exit(code)
 
 
+def grader_error_results(lab: Lab, error: BaseException) -> dict:
+    """The results of a submission the grader itself failed on: 0 of the lab's
+    points, saying so, so that an instructor regrades it by hand."""
+    max_total = sum(i.points for i in lab.items) + sum(p.points for p in lab.perf)
+    return {"score": 0.0, "max_score": float(max_total), "execution_time": 0.0,
+            "output": f"Lab {lab.number}: grader error ({type(error).__name__}: {error}); not graded, "
+                      "ask your instructor", "visibility": "visible", "stdout_visibility": "hidden",
+            "tests": [{"name": "grader error", "score": 0.0, "max_score": float(max_total), "status": "failed",
+                       "output": f"the grader failed on this submission: {type(error).__name__}: {error}",
+                       "visibility": "visible"}]}
+
+
 def grade_batch(lab: Lab, folder: Path, out: Path, hidden_dirs: list[Path], args) -> int:
     """Grades every sub-folder of `folder` (a submission each, named by the folder),
     one after the other, or `args.jobs` at a time up to the speed items, which come
@@ -328,8 +364,14 @@ def grade_batch(lab: Lab, folder: Path, out: Path, hidden_dirs: list[Path], args
     if jobs == 1:
         for sub in submissions:
             args.submission = str(sub)
-            source, description = submission_sources(lab, args)
-            graded[sub.name] = grade_one(lab, source, description, hidden_dirs, args)
+            try:
+                source, description = submission_sources(lab, args)
+                graded[sub.name] = grade_one(lab, source, description, hidden_dirs, args)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as e:  # noqa: BLE001 -- one submission must not end the batch
+                graded[sub.name] = grader_error_results(lab, e)
+                print(f"  GRADER ERROR for {sub.name}: {type(e).__name__}: {e} -- recorded, going on", flush=True)
             write_results(out / f"{sub.name}.json", graded[sub.name])
     else:
         batch = Path(tempfile.mkdtemp(prefix=f"dtl-batch-{lab.number}-"))
@@ -349,21 +391,34 @@ def grade_batch(lab: Lab, folder: Path, out: Path, hidden_dirs: list[Path], args
                 WORKERS.discard(pid)
                 sub = running.pop(pid)
                 result = batch / f"{sub.name}.json"
-                if not result.exists():
-                    raise GraderError(f"grading {sub.name} gave no result; see {out / (sub.name + '.log')}")
-                if "grader_error" in (text := result.read_text()):
-                    error = json.loads(text).get("grader_error")
-                    if error is not None:
-                        raise GraderError(error)
-                done[sub.name] = Graded.from_json(text)
-                print(f"  {sub.name}: correctness graded", flush=True)
+                try:
+                    if not result.exists():
+                        raise GraderError(f"grading {sub.name} gave no result; see {out / (sub.name + '.log')}")
+                    if "grader_error" in (text := result.read_text()):
+                        error = json.loads(text).get("grader_error")
+                        if error is not None:
+                            raise GraderError(error)
+                    done[sub.name] = Graded.from_json(text)
+                    print(f"  {sub.name}: correctness graded", flush=True)
+                except Exception as e:  # noqa: BLE001 -- one submission must not end the batch
+                    graded[sub.name] = grader_error_results(lab, e)
+                    print(f"  GRADER ERROR for {sub.name}: {type(e).__name__}: {e} -- recorded, going on", flush=True)
             for sub in submissions:
+                if sub.name not in done:
+                    write_results(out / f"{sub.name}.json", graded[sub.name])
+                    continue
                 outcome = done[sub.name]
-                with open(out / f"{sub.name}.log", "a") as log:
-                    print(f"\n=== {sub.name}", flush=True)
-                    if outcome.held is not None:
-                        measure_held(lab, outcome, args)
-                    results = finish(lab, outcome, (log,))  # the table: on the console and in the log
+                try:
+                    with open(out / f"{sub.name}.log", "a") as log:
+                        print(f"\n=== {sub.name}", flush=True)
+                        if outcome.held is not None:
+                            measure_held(lab, outcome, args)
+                        results = finish(lab, outcome, (log,))  # the table: on the console and in the log
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except Exception as e:  # noqa: BLE001 -- one submission must not end the batch
+                    results = grader_error_results(lab, e)
+                    print(f"  GRADER ERROR for {sub.name}: {type(e).__name__}: {e} -- recorded, going on", flush=True)
                 graded[sub.name] = results
                 write_results(out / f"{sub.name}.json", results)
         finally:

@@ -3,7 +3,7 @@
 Every object file lists the symbols it needs from elsewhere (`nm -u`). The code of a
 lab needs MPI, the harness (`dtl::`), the C++ standard library, the C library's
 memory, string and printing functions, libm, and on GPU labs the CUDA runtime; it
-never needs to start a process, open a file or a socket, load a library, read the
+never needs the test harness's own state (dtl::trace, dtl::testing), to start a process, open a file or a socket, load a library, read the
 environment, install a signal handler or an exit hook, or call MPI's profiling
 interface (PMPI_*, which would slip past the grader's tracer). So the grader reads
 the imports of every object file of the student library (`src/` and the `given/`
@@ -96,10 +96,19 @@ ALLOWED_C += [f"{name}{suffix}" for name in MATH for suffix in ("", "f", "l")]
 # the runtime API.
 NVCC_GENERATED = ["__cuda*", "__nv_*", "atexit"]
 
-# C++ symbols inside std:: that reach outside the process: file streams and the
-# filesystem library (std::system is the C symbol, refused above).
+# C++ symbols inside std:: that reach outside the process: file streams, the
+# filesystem library, and libstdc++'s own file layer under the streams
+# (std::__basic_file<char>::open, xsputn, sys_open: open(2) and write(2) by another
+# name). std::system is the C symbol, refused above.
 REFUSED_STD = {"touches files": ["*basic_ifstream*", "*basic_ofstream*", "*basic_fstream*",
-                                 "*basic_filebuf*", "*filesystem*"]}
+                                 "*basic_filebuf*", "*filesystem*", "*__basic_file*"]}
+
+# The harness's own state, which no lab's code has a reason to touch: the tracer the
+# tests count messages with (dtl::trace::reset_counts() would clear its counts) and
+# the test main (dtl::testing). A lab refuses more of dtl:: by name in its rubric
+# (labs 02 and 03 the harness's communicators, which reach the vendor collectives).
+REFUSED_DTL = {"reaches the test harness's own state (the tracer's counts, the test main)":
+               ["dtl::trace::*", "dtl::testing::*"]}
 
 # The first name of a mangled std:: entity: St (std::) or one of the standard
 # abbreviations (Sa allocator, Sb basic_string, Ss string, Si istream, So ostream, Sd iostream).
@@ -202,7 +211,12 @@ def verdict(symbol: str, readable: str, file: str, policy: Policy) -> str | None
             if _matches(readable, patterns):
                 return f"code under grading never {why}"
         return None
-    if space in ("dtl", "__cxxabiv1", "operator"):
+    if space == "dtl":
+        for why, patterns in REFUSED_DTL.items():
+            if _matches(readable, patterns):
+                return f"code under grading never {why}"
+        return None
+    if space in ("__cxxabiv1", "operator"):
         return None
     return "not on this lab's list of imports (MPI, the harness, the C++ and C standard libraries, libm)"
 

@@ -21,10 +21,10 @@ the speed items after every submission's correctness runs (grading.py).
 from __future__ import annotations
 
 import fcntl
-import json
 import math
 import os
 import re
+import shutil
 import statistics
 import tempfile
 import time
@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .channel import KeyHandover, read_records
 from .lab import Lab, PerfItem
 from .process import run_mpi
 
@@ -159,24 +160,31 @@ def fit_ranks(item: PerfItem, cores: int) -> int | None:
 
 def bench_value(binary: Path, item: PerfItem, ranks: int, work: Path, log) -> tuple[float | None, str]:
     """One run of one benchmark row at `ranks` ranks; returns (the counter's value,
-    or None, and why not)."""
-    out = Path(tempfile.mkstemp(prefix="bench-", suffix=".json", dir=work)[1])
+    or None, and why not). The value comes from the row's record sealed with the
+    run's key (channel.py), not from --benchmark_out, which the code under test
+    could rewrite."""
+    run_dir = Path(tempfile.mkdtemp(prefix="bench-", dir=work))
+    records = run_dir / "records.jsonl"
+    handover = KeyHandover(run_dir, [item.bench])
     row = re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", item.bench)  # POSIX regex: no "\ " escapes
     args = ["--oversubscribe", "--bind-to", "none", "-n", str(ranks), str(binary),
-            f"--benchmark_filter=^{row}(/|$)", f"--benchmark_out={out}", "--benchmark_out_format=json",
-            "--dtl_quick"]  # fewer iterations per run; the grader repeats the runs instead
-    run = run_mpi(args, work, 120)
+            f"--benchmark_filter=^{row}(/|$)", "--dtl_quick"]  # fewer iterations per run; the grader repeats the runs instead
+    with handover:
+        run = run_mpi(args, run_dir, 120, dict(DTL_PROGRESS_FILE=str(records), **handover.env()))
     log(run.output)
-    try:
-        rows = json.loads(out.read_text()).get("benchmarks", [])
-    except (OSError, json.JSONDecodeError):
-        rows = []
-    out.unlink(missing_ok=True)
+    rows, untrusted = read_records(records, handover.key)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    if untrusted is not None:
+        return None, f"{item.bench}: REFUSED: the benchmark's results could not be authenticated ({untrusted})"
+    if any(r["event"] == "begin" and r["world_size"] != ranks for r in rows):
+        return None, f"{item.bench}: REFUSED: the benchmark ran at another number of ranks"
     for r in rows:
-        if r.get("error_occurred"):
-            return None, f"{item.bench}: {r.get('error_message', 'error')}"
-        if item.counter in r:
-            return float(r[item.counter]), ""
+        if r["event"] != "row" or not re.match(f"^{re.escape(item.bench)}(/|$)", r["name"]):
+            continue
+        if r["error"] is not None:
+            return None, f"{item.bench}: {r['error'] or 'error'}"
+        if item.counter in r["counters"]:
+            return float(r["counters"][item.counter]), ""
     why = "timed out" if run.timed_out else f"exit code {run.returncode}"
     return None, f"{item.bench}: no result ({why}); the end of the output:\n{run.output[-1500:]}"
 

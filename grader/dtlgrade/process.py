@@ -140,6 +140,25 @@ def run_capped(cmd: list[str], env: dict, cwd: Path, limit: float,
     return RunResult(proc.returncode, text, time.monotonic() - start, timed_out, flooded.is_set())
 
 
+def read_confined(cmd: list[str], cwd: Path, limit: float, cap: int = 256 << 20) -> str | None:
+    """The whole standard output of `cmd` (at most `cap` bytes), run like
+    run_capped() in the sandbox confine() named, or None when it failed, timed out
+    or printed more: for the grader's own reading of what a submission's sources
+    expand to (objects.py runs the preprocessor), which must not leave the sandbox
+    either (an #include can name any file)."""
+    box = _box
+    wrapped = box.wrap(cmd, cwd) if box is not None else cmd
+    try:
+        proc = subprocess.run(wrapped, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, timeout=limit,
+                              start_new_session=True,
+                              preexec_fn=box.limits(_building) if box is not None else None)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0 or len(proc.stdout) > cap:
+        return None
+    return proc.stdout.decode(errors="replace")
+
+
 def run_mpi(args: list[str], cwd: Path, limit: float, env: dict | None = None, on_timeout=None) -> RunResult:
     """Runs `mpirun ARGS` through run_capped(), with MPI_ENV and then `env` on top
     of the grader's own environment."""

@@ -5,10 +5,15 @@ run_items() lists the tests of each binary, groups the rubric items' tests by
 test that hung or flooded at one rank count is not run again at the next.
 run_tests() runs one group, one test after another, each with its own timeout
 (the test main's watchdog), and starts a new run after a crash, a timeout or a
-flood until every test has a result. Results come from gtest's JSON file and the
-progress file's `end` records (read_gtest_json(), read_progress()), never from
-what the program prints; a run the grader had to kill gets the tracer's report
-of where each rank was (trace_report()), and passes none of its tests. An
+flood until every test has a result. Results come only from the progress file's
+records, each authenticated with a key made for the run (channel.py; See Note
+[Results the grader can trust]), never from what the program prints or from a
+file it could forge (gtest's JSON is not read). A run whose records do not all
+check, or whose exit status is not the one its test main reported, passes none
+of its tests. The expected tests come from the course's own build (the
+reference's test program, listed before any submitted code runs), not from the
+program under test. A run the grader had to kill gets the tracer's report of
+where each rank was (trace_report()), and passes none of its tests. An
 Allowance bounds the whole: the lab's time budget (no run starts after it), and
 after a test program's second deadlock its remaining tests get a short timeout
 (a correct test takes well under a second; each further hang costs seconds, not
@@ -26,6 +31,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from . import progress
+from .channel import KeyHandover, read_records, read_untrusted
 from .lab import Item
 from .process import OUTPUT_FLOOD_BYTES, run_mpi
 
@@ -69,52 +75,46 @@ class Allowance:
         return self.deadlocks.get(kind, 0) >= DEADLOCKS_PER_BINARY
 
 
-def read_progress(path: Path) -> list[dict]:
-    events = []
-    if path.exists():
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut short by a kill
-    return events
-
-
-def read_gtest_json(path: Path) -> dict[str, TestResult]:
-    results = {}
-    data = json.loads(path.read_text())
-    for suite in data.get("testsuites", []):
-        for test in suite.get("testsuite", []):
-            name = f"{suite['name']}.{test['name']}"
-            failures = "\n".join(f.get("failure", "") for f in test.get("failures", []))
-            if test.get("result") == "SKIPPED" or test.get("status") == "NOTRUN":
-                status = "skipped"
-            else:
-                status = "failed" if failures else "passed"
-            seconds = float(str(test.get("time", "0s")).rstrip("s") or 0)
-            results[name] = TestResult(status, failures, seconds)
-    return results
-
-
 def trace_report(trace_dir: Path, np: int) -> str:
     """Where each rank is, from the tracer's state files (grader-side timeout)."""
     lines = []
     now = time.time()
     for r in range(np):
         state = {}
-        f = trace_dir / f"rank{r}.state"
-        if f.exists():
-            for line in f.read_text(errors="replace").replace("\0", "").splitlines():
-                key, _, value = line.partition(" ")
-                state[key] = value
+        # Written by the run: read as hostile (no links or pipes, a size cap, any text).
+        data = read_untrusted(trace_dir / f"rank{r}.state", 64 << 10)
+        for line in (data or b"").decode(errors="replace").replace("\0", "").splitlines():
+            key, _, value = line.partition(" ")
+            state[key] = value[:200]
         if state.get("state") in ("blocked", "polling"):
-            since = float(state.get("since", now))
-            lines.append(f"  rank {r}: in {state.get('call', '?')} for {now - since:.1f} s")
+            try:
+                waited = f"{now - float(state.get('since', now)):.1f} s"
+            except ValueError:
+                waited = "an unknown time"
+            lines.append(f"  rank {r}: in {state.get('call', '?')} for {waited}")
         elif state.get("state") == "running":
             lines.append(f"  rank {r}: running its own code, not in an MPI call (last call: {state.get('last', '-')})")
         else:
             lines.append(f"  rank {r}: no trace")
     return "\n".join(lines)
+
+
+def consistency_problem(events: list[dict], np: int, returncode: int | None, killed: bool) -> str | None:
+    """Why authenticated records still do not add up, or None: the run must be the
+    one asked for (its world size), and a run that reports its end must exit with
+    the status it reported, which must say whether a test failed."""
+    begin = next((e for e in events if e["event"] == "begin"), None)
+    if begin is not None and begin["world_size"] != np:
+        return f"the test main ran at {begin['world_size']} rank(s), not {np}"
+    done = next((e for e in events if e["event"] == "done"), None)
+    if done is None or killed:
+        return None  # a crash or a kill: the tests that ended before it keep their results
+    if returncode != done["exit"]:
+        return f"the test main reported exit status {done['exit']}, the program ended with {returncode}"
+    failed = any(e["event"] == "end" and e["status"] == "failed" for e in events)
+    if failed != (done["exit"] != 0):
+        return f"exit status {done['exit']} does not match the tests' results"
+    return None
 
 
 def list_tests(binary: Path, patterns: list[str], work: Path) -> tuple[list[str], str]:
@@ -154,38 +154,44 @@ def run_tests(binary: Path, np: int, names: list[str], timeouts: dict[str, float
         trace_dir = run_dir / "trace"
         trace_dir.mkdir()
         progress = run_dir / "progress.jsonl"
-        out_json = run_dir / "gtest.json"
+        handover = KeyHandover(run_dir, remaining)
         env = dict(DTL_PROGRESS_FILE=str(progress), DTL_TRACE_DIR=str(trace_dir),
-                   DTL_TEST_TIMEOUT=f"{default:g}", DTL_TEST_TIMEOUTS=overrides, GTEST_COLOR="no")
+                   DTL_TEST_TIMEOUT=f"{default:g}", DTL_TEST_TIMEOUTS=overrides, GTEST_COLOR="no",
+                   **handover.env())
         args = ["--oversubscribe", "--bind-to", "none", "-n", str(np), str(binary),
-                f"--gtest_filter={':'.join(remaining)}", f"--gtest_output=json:{out_json}"]
+                f"--gtest_filter={':'.join(remaining)}"]
         limit = sum(timeouts[n] for n in remaining) + 60
         if allowance is not None:  # never far past the lab's budget
             limit = min(limit, max(30.0, allowance.deadline - time.monotonic() + 30.0))
         report = {}
-        run = run_mpi(args, run_dir, limit, env,
-                      on_timeout=lambda: report.update(text=trace_report(trace_dir, np)))
+        with handover:
+            run = run_mpi(args, run_dir, limit, env,
+                          on_timeout=lambda: report.update(text=trace_report(trace_dir, np)))
         log(run.output)
-        events = read_progress(progress)
+        events, untrusted = read_records(progress, handover.key)
+        if untrusted is None:
+            untrusted = consistency_problem(events, np, run.returncode, run.timed_out or run.flooded)
+        if untrusted is not None:
+            # Forged or damaged results: the run passes none of its tests, and is not resumed.
+            why = (f"REFUSED: the results of this run could not be authenticated ({untrusted}). "
+                   "Results come only from the test main's authenticated records; a run whose "
+                   "records were tampered with passes no test.")
+            for name in remaining:
+                results[name] = TestResult("failed", why)
+            break
         finished = {}
-        if out_json.exists() and not (run.timed_out or run.flooded):
-            try:
-                finished = read_gtest_json(out_json)
-            except (json.JSONDecodeError, KeyError, ValueError):
-                finished = {}
-        for e in events:  # results of a run that ended before gtest wrote its JSON
-            if e.get("event") == "end" and e["test"] not in finished:
-                finished[e["test"]] = TestResult(e.get("status", "failed"), e.get("failures", ""),
-                                                 float(e.get("seconds", 0)))
-        started = [e["test"] for e in events if e.get("event") == "start"]
+        for e in events:  # every test that ended, in this run
+            if e["event"] == "end" and e["test"] in remaining and e["test"] not in finished:
+                finished[e["test"]] = TestResult(e["status"], e.get("failures", ""), float(e.get("seconds", 0)))
+        started = [e["test"] for e in events if e["event"] == "start"]
         culprit = next((t for t in reversed(started) if t not in finished), None)
         if culprit is not None:
-            timeout_event = next((e for e in events if e.get("event") == "timeout" and e["test"] == culprit), None)
+            timeout_event = next((e for e in events if e["event"] == "timeout" and e["test"] == culprit), None)
             tail = run.output[-2500:]
             if timeout_event is not None:
                 why = (f"(this program had deadlocked {DEADLOCKS_PER_BINARY} times already, so its remaining "
                        f"tests got {FOLLOWUP_TIMEOUT:g} s each)\n" if shortened else "")
-                finished[culprit] = TestResult("timeout", why + timeout_event["report"], timeouts[culprit])
+                finished[culprit] = TestResult("timeout", why + timeout_event.get("report", ""), timeouts[culprit])
             elif run.flooded:
                 finished[culprit] = TestResult(
                     "flood", f"{culprit} printed more than {OUTPUT_FLOOD_BYTES >> 20} MiB of output; "
@@ -227,12 +233,16 @@ def run_tests(binary: Path, np: int, names: list[str], timeouts: dict[str, float
 
 
 def run_items(items: list[Item], binaries: dict[str, str], exe_dir: Path, work: Path, log,
-              allowance: Allowance | None = None):
+              allowance: Allowance | None = None, listers: dict[str, str] | None = None):
     """Runs the tests of `items` (all runnable here) in the binaries `binaries`
-    (kind -> file in `exe_dir`), within `allowance`. Returns (results, names,
-    listing): the result of each test by (kind, ranks), the test names each binary
-    lists, and the output of each listing."""
-    listed = {kind: list_tests(exe_dir / exe, ["*"], work) for kind, exe in binaries.items()}
+    (kind -> file in `exe_dir`), within `allowance`. The tests expected of each
+    kind are those `listers[kind]` lists (the reference's program of that kind:
+    course code only, listed before any submitted code runs); `binaries[kind]`
+    itself only where there is no lister (a repository without reference/).
+    Returns (results, names, listing): the result of each test by (kind, ranks),
+    the test names each kind lists, and the output of each listing."""
+    listers = listers or {}
+    listed = {kind: list_tests(exe_dir / listers.get(kind, exe), ["*"], work) for kind, exe in binaries.items()}
     names = {kind: found for kind, (found, _) in listed.items()}
     listing = {kind: output for kind, (_, output) in listed.items()}
     # (binary, ranks) -> {test: its timeout, the largest of the items naming it}

@@ -12,16 +12,29 @@ inside `bwrap` (Debian's bubblewrap) with
     folders writable; nothing else of the machine: not the grader's checkout, not
     other submissions, not the home folders;
   - a fresh /tmp and /dev/shm (Open MPI's shared memory lives there), a minimal
-    /dev (the GPU's device files too when a GPU run needs them);
+    /dev (plus only /dev/nvidia* when a GPU run needs them);
   - its own network namespace (only a loopback: mpirun's ranks talk over it and
     shared memory; nothing outside can be reached), PID namespace (when the run's
     first process ends, the kernel kills every process left in it: no orphan
     outlives a run) and IPC namespace, and --die-with-parent (if the grader dies,
     so does the run);
 
+  - its own user namespace with every capability dropped (--unshare-user
+    --cap-drop ALL --disable-userns): a grader running as root (Gradescope, a
+    container) gives the submission no CAP_SYS_ADMIN to unmount what covers
+    reference/ (the process limit still does not bind a real root, measured);
+  - for a test run, none of the build folder but the programs on its command
+    line (read-only): not the other test programs (hidden tests), not the
+    reference's library or benchmark, and nothing there to overwrite before the
+    grader runs it; the build folder is read-only for runs in any case, and the
+    compiler cache is mounted for builds only (a run could otherwise poison the
+    objects of the next submission);
+  - tmpfs of a fixed size for /tmp and /dev/shm;
+
 and limits() sets per-process resource limits (CPU seconds, file size, open files,
-processes, address space where no GPU is used, no core files) before the command
-starts, inherited by mpirun and every rank.
+processes, address space: 6 GiB per compiler process, 16 GiB per rank where no
+GPU is used; no core files) before the command starts, inherited by mpirun and
+every rank.
 
 Where bwrap is missing or cannot create namespaces (some containers forbid it),
 probe() says why; the grader then refuses to run unless told --no-sandbox, and
@@ -43,6 +56,10 @@ BUILD_FILE_BYTES = 2 << 30
 OPEN_FILES = 4096
 PROCESSES = 4096                # counted per user; not enforced for root (the sandbox's PID namespace is the wall there)
 ADDRESS_SPACE_BYTES = 16 << 30  # per process; left unlimited where CUDA runs (it reserves huge virtual ranges)
+BUILD_ADDRESS_SPACE_BYTES = 6 << 30  # per compiler process: `#include "/dev/zero"` ends there, not in the machine's memory
+
+TMP_BYTES = 1 << 30              # the sandbox's /tmp
+SHM_BYTES = 4 << 30              # its /dev/shm: Open MPI's shared-memory segments, 8 ranks of large messages
 
 # /sys: hwloc (inside mpirun) reads the CPU topology there.
 SYSTEM_READ_ONLY = ["/usr", "/etc", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/opt", "/sys"]
@@ -56,6 +73,7 @@ def probe() -> tuple[bool, str]:
         return False, "bwrap (Debian's bubblewrap) is not installed: run ./dtl setup"
     try:
         result = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--unshare-ipc",
+                                 "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
                                  "--die-with-parent", "true"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, f"bwrap could not start: {e}"
@@ -68,37 +86,51 @@ def probe() -> tuple[bool, str]:
 class Sandbox:
     """How one submission's commands are wrapped. `tree` is visible read-only, the
     paths in `hidden` (inside tree) are covered by empty folders, `writable` are
-    read-write. enabled=False wraps nothing (--no-sandbox)."""
+    read-write. `programs_only`, a folder inside tree, is covered too, but for the
+    files under it that the command names (the program a run runs). `cache`: the
+    compiler cache is mounted (builds only). enabled=False wraps nothing (--no-sandbox)."""
     tree: Path
     writable: list[Path] = field(default_factory=list)
     hidden: list[Path] = field(default_factory=list)
     enabled: bool = True
     gpu: bool = False
+    programs_only: Path | None = None
+    cache: bool = False
 
     def wrap(self, cmd: list[str], cwd: Path) -> list[str]:
         if not self.enabled:
             return cmd
         args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid", "--unshare-ipc",
-                "--unshare-uts", "--hostname", "sandbox"]
+                "--unshare-uts", "--hostname", "sandbox",
+                # No capability inside, even for a grader running as root; no new user namespace to get some back.
+                "--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
         for path in SYSTEM_READ_ONLY:
             args += ["--ro-bind-try", path, path]
-        args += ["--proc", "/proc", "--tmpfs", "/tmp"]
-        if self.gpu:
-            args += ["--dev-bind", "/dev", "/dev"]  # /dev/nvidia*: the driver needs them all
-        else:
-            args += ["--dev", "/dev"]
-        args += ["--tmpfs", "/dev/shm"]
+        args += ["--proc", "/proc", "--size", str(TMP_BYTES), "--tmpfs", "/tmp", "--dev", "/dev"]
+        if self.gpu:  # the driver's device files, and nothing else of the machine's /dev
+            for node in sorted(Path("/dev").glob("nvidia*")):
+                args += ["--dev-bind-try", str(node), str(node)]
+        args += ["--size", str(SHM_BYTES), "--tmpfs", "/dev/shm"]
         args += ["--ro-bind", str(self.tree), str(self.tree)]
         for path in self.hidden:
             if path.exists():
-                args += ["--tmpfs", str(path)]
+                args += ["--size", "4096", "--tmpfs", str(path), "--remount-ro", str(path)]
+        if self.programs_only is not None and self.programs_only.exists():
+            args += ["--tmpfs", str(self.programs_only)]
+            for arg in cmd:
+                path = Path(arg)
+                if path.is_absolute() and path.is_relative_to(self.programs_only) and path.is_file():
+                    args += ["--ro-bind", str(path), str(path)]
+            args += ["--remount-ro", str(self.programs_only)]
         for path in self.writable:
             path.mkdir(parents=True, exist_ok=True)
             args += ["--bind", str(path), str(path)]
-        cache = ccache_dir()
+        cache = ccache_dir() if self.cache else None
         if cache is not None:  # the compiler writes objects there; nothing of the submission runs in a build
             # CCACHE_DIR too: inside, HOME is /tmp, where ccache would look for an empty cache.
             args += ["--bind", str(cache), str(cache), "--setenv", "CCACHE_DIR", str(cache)]
+        else:
+            args += ["--setenv", "CCACHE_DISABLE", "1"]
         args += ["--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp", "--chdir", str(cwd), "--"]
         return args + cmd
 
@@ -117,7 +149,9 @@ class Sandbox:
             cap(resource.RLIMIT_NOFILE, OPEN_FILES)
             cap(resource.RLIMIT_NPROC, PROCESSES)
             cap(resource.RLIMIT_CORE, 0)
-            if not gpu and not build:
+            if build:
+                cap(resource.RLIMIT_AS, BUILD_ADDRESS_SPACE_BYTES)
+            elif not gpu:
                 cap(resource.RLIMIT_AS, ADDRESS_SPACE_BYTES)
 
         return apply

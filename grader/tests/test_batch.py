@@ -1,12 +1,17 @@
 """Batch grading (--batch DIR --out OUT): every sub-folder of DIR is one
 submission, graded on its own; OUT gets NAME.json (Gradescope's format) per
-submission and summary.csv with one line each, in name order."""
+submission and summary.csv with one line each, in name order. A submission the
+grader itself fails on is recorded as a "grader error" (0 points, saying so) and
+the batch goes on (TestBatchGuard, with grade_one made to fail for one)."""
+import argparse
 import csv
 import json
 import subprocess
 import sys
+import tempfile
 import unittest
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import helpers  # noqa: E402
@@ -42,6 +47,34 @@ class TestBatch(helpers.GraderAssertions, unittest.TestCase):
             data = json.loads((self.out / f"{name}.json").read_text())
             self.assertGradescopeJson(helpers.GradeRun(0, "", 1.0, data))
             self.assertEqual(data["score"], score, name)
+
+
+class TestBatchGuard(unittest.TestCase):
+    def test_a_grader_error_is_recorded_and_the_batch_goes_on(self):
+        from dtlgrade import grading
+        from dtlgrade.lab import load_lab
+        lab = load_lab("01", [])
+        with tempfile.TemporaryDirectory() as tmp:
+            batch, out = Path(tmp) / "batch", Path(tmp) / "out"
+            for name in ("alice", "bob"):
+                (batch / name).mkdir(parents=True)
+            good = {"score": 1.0, "max_score": 90.0, "execution_time": 1.0, "tests": []}
+
+            def grade_one(lab, source, description, hidden_dirs, args):
+                if Path(args.submission).name == "alice":
+                    raise KeyError("a parser the submission broke")
+                return good
+
+            with mock.patch.object(grading, "grade_one", grade_one), \
+                    mock.patch.object(grading, "submission_sources", lambda lab, args: (Path(args.submission), "x")):
+                self.assertEqual(grading.grade_batch(lab, batch, out, [], argparse.Namespace(submission=None)), 0)
+            alice = json.loads((out / "alice.json").read_text())
+            self.assertEqual(alice["score"], 0.0)
+            self.assertIn("grader error", alice["output"])
+            self.assertIn("KeyError", alice["tests"][0]["output"])
+            self.assertEqual(json.loads((out / "bob.json").read_text())["score"], 1.0)
+            with open(out / "summary.csv") as f:
+                self.assertEqual([r["submission"] for r in csv.DictReader(f)], ["alice", "bob"])
 
 
 if __name__ == "__main__":

@@ -7,17 +7,18 @@ Two walls stand between a submission and the machine:
     leave a process behind) is refused before anything runs: the note names the
     file and both symbols, ring.cc is graded as the skeleton's (ring items 0),
     the other files keep their points, and nothing it meant to write exists;
-  - the sandbox (grader/dtlgrade/sandbox.py): a ring.cc whose static initializer makes raw
-    system calls (no imported symbol to refuse) to open the grader's own
-    reference/ and the pristine tree's copy of it, to create a file under /tmp,
-    to open a socket and to fork a process that sleeps for minutes. Inside the
-    sandbox none of it reaches anything: every open fails (so the submission,
-    which crashes its tests when an open succeeds, scores full marks), the /tmp
-    file is not on the machine afterwards, and the sleeper died with the run
-    (grading ends in its usual time, no such process is left).
-
-The raw system calls are x86-64 Linux; elsewhere that class skips.
+  - the sandbox (grader/dtlgrade/sandbox.py), tried on its own (TestRunView): a
+    program of plain libc calls, run as a test run is (only its run folder
+    writable, only its own program of build/ visible), tries to open the
+    grader's own reference/ and the pristine tree's copy, another program of
+    build/, the compiler cache; to write its own program, build/ and the
+    machine's /tmp; to keep a capability, unmount, or make a user namespace;
+    and forks a process that sleeps for minutes. None of it reaches anything,
+    and the sleeper died with the run; unwrapped, the same program reaches them
+    all. (A submission can no longer make raw system calls: inline assembly is
+    refused at build time, test_early_code.py.)
 """
+import os
 import platform
 import subprocess
 import sys
@@ -47,45 +48,6 @@ const int kSneak = [] {{
 }}();
 }}  // namespace
 """
-
-# Raw x86-64 system calls: nothing here is an imported symbol.
-RAW_PRELUDE = f"""\
-namespace {{
-long raw(long nr, long a = 0, long b = 0, long c = 0, long d = 0) {{
-  long ret;
-  register long r10 asm("r10") = d;
-  asm volatile("syscall" : "=a"(ret) : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
-  return ret;
-}}
-constexpr long kOpenat = 257, kClose = 3, kWrite = 1, kExitGroup = 231, kSocket = 41, kFork = 57,
-               kNanosleep = 35, kPrctl = 157, kSetName = 15, kAtFdCwd = -100,
-               kCreate = 0101 | 01000;  // O_WRONLY|O_CREAT|O_TRUNC
-void leaked(const char* what) {{
-  raw(kWrite, 2, reinterpret_cast<long>(what), 24);
-  raw(kExitGroup, 3);
-}}
-const int kEscape = [] {{
-  const char* paths[] = {{"{helpers.ROOT}/reference/01_point_to_point/src/ring.cc",
-                          "../../tree/reference/01_point_to_point/src/ring.cc"}};
-  for (const char* path : paths) {{
-    const long fd = raw(kOpenat, kAtFdCwd, reinterpret_cast<long>(path), 0);
-    if (fd >= 0) leaked("LEAKED: read reference\\n");
-  }}
-  const long fd = raw(kOpenat, kAtFdCwd, reinterpret_cast<long>("{LEAK_FILE}"), kCreate, 0644);
-  if (fd >= 0) raw(kClose, fd);
-  const long sock = raw(kSocket, 2 /* AF_INET */, 1 /* SOCK_STREAM */, 0);
-  if (sock >= 0) raw(kClose, sock);
-  if (raw(kFork) == 0) {{  // the child: named, then asleep for five minutes
-    raw(kPrctl, kSetName, reinterpret_cast<long>("{CHILD_NAME}"));
-    struct {{ long s, ns; }} t{{300, 0}};
-    raw(kNanosleep, reinterpret_cast<long>(&t), 0);
-    raw(kExitGroup, 0);
-  }}
-  return 0;
-}}();
-}}  // namespace
-"""
-
 
 def with_prelude(dest: Path, prelude: str) -> Path:
     """The reference's lab 01 sources, ring.cc with `prelude` after its includes."""
@@ -131,31 +93,122 @@ class TestRefusedImports(helpers.GraderAssertions, unittest.TestCase):
         self.assertEqual(sleepers(), [])
 
 
-@unittest.skipUnless(platform.machine() == "x86_64" and sys.platform == "linux", "raw x86-64 Linux system calls")
-class TestSandboxWall(helpers.GraderAssertions, unittest.TestCase):
+PROBE = r"""
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+// Each probe prints "NAME reached" or "NAME blocked".
+static void say(const char* name, bool reached) { std::printf("%s %s\n", name, reached ? "reached" : "blocked"); }
+static bool can_open(const char* path, int flags) {
+  const int fd = open(path, flags, 0644);
+  if (fd >= 0) close(fd);
+  return fd >= 0;
+}
+int main(int argc, char** argv) {
+  // argv: grader's reference, tree's reference, another program's name in build/, this program, build/ folder,
+  //       the machine's /tmp file to create, the compiler cache folder ("" when none), the run folder,
+  //       the name of the sleeper to fork ("-": none), the folder that covers reference/ (a mount inside)
+  say("grader_reference", can_open(argv[1], O_RDONLY));
+  say("tree_reference", can_open(argv[2], O_RDONLY));
+  say("other_program", can_open((std::string(argv[5]) + "/" + argv[3]).c_str(), O_RDONLY));
+  const std::string moved = std::string(argv[4]) + ".moved";  // replace the program (open for writing: ETXTBSY)
+  const bool replaced = rename(argv[4], moved.c_str()) == 0;
+  if (replaced) rename(moved.c_str(), argv[4]);
+  say("own_program_replace", replaced);
+  say("build_write", can_open((std::string(argv[5]) + "/planted").c_str(), O_WRONLY | O_CREAT));
+  say("tmp_write", can_open(argv[6], O_WRONLY | O_CREAT));
+  say("ccache", argv[7][0] != '\0' && can_open(argv[7], O_RDONLY | O_DIRECTORY));
+  say("run_folder_write", can_open((std::string(argv[8]) + "/mine").c_str(), O_WRONLY | O_CREAT));
+  std::ifstream status("/proc/self/status");
+  std::string line, caps = "?";
+  while (std::getline(status, line)) if (line.rfind("CapEff:", 0) == 0) caps = line.substr(7);
+  say("capabilities", caps.find_first_not_of("\t 0") != std::string::npos);
+  say("umount", umount2(argv[10], MNT_DETACH) == 0);
+  say("new_user_namespace", unshare(CLONE_NEWUSER) == 0);
+  if (argc > 10 && std::strcmp(argv[9], "-") != 0 && fork() == 0) {
+    prctl(PR_SET_NAME, argv[9]);
+    sleep(300);
+    _exit(0);
+  }
+  return 0;
+}
+"""
+TRIED_FILE_PROBE = Path("/tmp") / f"{MARK}.probe"
+
+
+@unittest.skipUnless(sys.platform == "linux", "Linux namespaces")
+class TestRunView(unittest.TestCase):
+    """What a test run can reach, probed by a program of its own (plain libc calls:
+    the sandbox is tried on its own, behind the import and assembly checks). In the
+    run's sandbox it reaches neither reference/, nor another program of build/, nor
+    the compiler cache; it cannot write its own program, build/ or the machine's /tmp;
+    it has no capability (the grader runs as root here) and cannot make a user
+    namespace to get one back; its forked sleeper dies with the run. Unwrapped, the
+    same program reaches them, so the probe itself is shown to work."""
+
     @classmethod
     def setUpClass(cls):
+        from dtlgrade import sandbox
         if not helpers.sandbox_works():
             raise unittest.SkipTest("bubblewrap cannot create namespaces on this machine")
-        sub = with_prelude(helpers.temp_folder(cls) / "sub", RAW_PRELUDE)
-        cls.graded = helpers.grade("--submission", str(sub), "--no-hidden")
+        work = helpers.temp_folder(cls) / "work"
+        ref = work / "tree" / "reference" / "01_point_to_point" / "src"
+        ref.mkdir(parents=True)
+        (ref / "ring.cc").write_text("// the pristine tree's copy\n")
+        (work / "tree" / "grader" / "hidden").mkdir(parents=True)
+        exe_dir = work / "build" / "labs" / "01_point_to_point"
+        exe_dir.mkdir(parents=True)
+        (exe_dir / "lab01_bench").write_text("the reference's benchmark\n")
+        runs = work / "runs"
+        runs.mkdir()
+        (work / "probe.cc").write_text(PROBE)
+        cls.probe = exe_dir / "probe"
+        subprocess.run(["c++", "-O1", "-o", str(cls.probe), str(work / "probe.cc")], check=True)
+        cache = sandbox.ccache_dir()
+        cls.args = [str(cls.probe), str(helpers.ROOT / "reference" / "01_point_to_point" / "src" / "ring.cc"),
+                    str(ref / "ring.cc"), "lab01_bench", str(cls.probe), str(exe_dir),
+                    str(TRIED_FILE_PROBE), str(cache or ""), str(runs), CHILD_NAME,
+                    str(work / "tree" / "reference")]
+        box = sandbox.Sandbox(tree=work, writable=[runs], hidden=[work / "tree" / "reference",
+                                                                  work / "tree" / "grader" / "hidden"],
+                              programs_only=work / "build")
+        run = subprocess.run(box.wrap(cls.args, runs), cwd=runs, capture_output=True, text=True, timeout=60,
+                             preexec_fn=box.limits())
+        cls.inside = dict(line.split() for line in run.stdout.splitlines() if line.count(" ") == 1)
+        cls.inside_output = run.stdout + run.stderr
+        cls.sleepers_after_run = sleepers()
+        TRIED_FILE_PROBE.unlink(missing_ok=True)
+        (exe_dir / "planted").unlink(missing_ok=True)
+        # Unwrapped, without the sleeper (the umount of a folder that is no mount there fails harmlessly).
+        outside_args = cls.args[:9] + ["-"] + cls.args[10:]
+        run = subprocess.run(outside_args, cwd=runs, capture_output=True, text=True, timeout=60)
+        cls.outside = dict(line.split() for line in run.stdout.splitlines() if line.count(" ") == 1)
+        TRIED_FILE_PROBE.unlink(missing_ok=True)
 
-    def tearDown(self):
-        LEAK_FILE.unlink(missing_ok=True)
+    def test_probe_works_unwrapped(self):
+        for name in ("grader_reference", "tree_reference", "other_program", "own_program_replace", "build_write",
+                     "tmp_write", "run_folder_write"):
+            self.assertEqual(self.outside.get(name), "reached", name)
+        if os.geteuid() == 0:  # the grader as root, as on Gradescope: unwrapped, the capabilities are there
+            self.assertEqual(self.outside.get("capabilities"), "reached")
 
-    def test_no_import_refused(self):
-        self.assertNotIn("refused:", self.graded.output)
+    def test_run_reaches_nothing_it_must_not(self):
+        self.assertEqual(self.inside.get("run_folder_write"), "reached", self.inside_output)
+        for name in ("grader_reference", "tree_reference", "other_program", "own_program_replace", "build_write",
+                     "ccache", "capabilities", "umount", "new_user_namespace"):
+            self.assertEqual(self.inside.get(name), "blocked", f"{name}:\n{self.inside_output}")
 
-    def test_nothing_was_reached(self):
-        # An open of either reference/ would have crashed every test ("LEAKED").
-        self.assertNotIn("LEAKED", self.graded.output)
-        self.assertGradescopeJson(self.graded)
-        self.assertEqual(self.graded.json["score"], self.graded.json["max_score"], self.graded.output[-3000:])
-        self.assertFalse(LEAK_FILE.exists(), "a file under the machine's /tmp was written from inside")
-
-    def test_no_process_outlives_the_run(self):
-        self.assertEqual(sleepers(), [])
-        self.assertLess(self.graded.seconds, 240)
+    def test_machine_tmp_untouched_and_no_sleeper_left(self):
+        self.assertEqual(self.inside.get("tmp_write"), "reached")  # its own /tmp...
+        self.assertFalse(TRIED_FILE_PROBE.exists())                # ...not the machine's
+        self.assertEqual(self.sleepers_after_run, [])
 
 
 if __name__ == "__main__":

@@ -1,17 +1,24 @@
 // The one Google Benchmark main for MPI. Rank 0 prints a fixed-column table
 // (dtl::bench::set_columns) and writes --benchmark_out; other ranks run the same
 // iterations silently. See bench.h for how rows time the implementation against
-// the vendor.
+// the vendor. Under the grader (DTL_RESULT_KEY set), rank 0 also appends each row
+// to DTL_PROGRESS_FILE as a record sealed with the run's key: the grader's speed
+// items read those, not --benchmark_out, which the code under test could rewrite
+// (See Note [Results the grader can trust], harness/testing/result_channel.cc).
 #include <mpi.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <optional>
+#include <string>
 
 #include "harness/bench/bench.h"
 #include "harness/orphans.h"
+#include "harness/testing/result_channel.h"
 
 #ifndef DTL_BENCH_FLAVOR
 #define DTL_BENCH_FLAVOR "harness"
@@ -51,9 +58,48 @@ double timed(const std::function<void()>& fn) {
   return slowest;
 }
 
-// Prints one line per row: the name, then the chosen counters.
+// Appends sealed records to DTL_PROGRESS_FILE (rank 0, under the grader only).
+class Records {
+ public:
+  Records() {
+    const char* path = std::getenv("DTL_PROGRESS_FILE");
+    if (testing::detail::ResultChannel::instance().requested() && path != nullptr && *path != '\0') {
+      out_.open(path, std::ios::app);
+    }
+  }
+  void write(const std::string& json_object) {
+    if (!out_.is_open()) return;
+    out_ << testing::detail::ResultChannel::instance().seal(json_object) << "\n";
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+// A JSON string of `text` (names and error messages of rows).
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+// Prints one line per row: the name, then the chosen counters; under the grader,
+// also one sealed record per row with every counter.
 class TableReporter : public benchmark::BenchmarkReporter {
  public:
+  explicit TableReporter(Records& records) : records_(records) {}
   bool ReportContext(const Context&) override {
     std::printf("%-24s", "# benchmark");
     for (const auto& c : columns()) {
@@ -65,6 +111,17 @@ class TableReporter : public benchmark::BenchmarkReporter {
   }
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const auto& run : runs) {
+      std::string record = R"({"event":"row","name":)" + quoted(run.benchmark_name()) +
+                           R"(,"error":)" + (run.error_occurred ? quoted(run.error_message) : "null") +
+                           R"(,"counters":{)";
+      bool first = true;
+      for (const auto& [name, counter] : run.counters) {
+        char value[64];
+        std::snprintf(value, sizeof value, "%.17g", counter.value);
+        record += (first ? "" : ",") + quoted(name) + ":" + value;
+        first = false;
+      }
+      records_.write(record + "}}");
       if (run.error_occurred) {
         std::printf("%-24s skipped: %s\n", run.run_name.function_name.c_str(), run.error_message.c_str());
         continue;
@@ -81,6 +138,9 @@ class TableReporter : public benchmark::BenchmarkReporter {
       std::fflush(stdout);
     }
   }
+
+ private:
+  Records& records_;
 };
 
 class NullReporter : public benchmark::BenchmarkReporter {
@@ -162,7 +222,9 @@ int main(int argc, char** argv) {
       std::printf("# implementation: %s; %d rank(s); times are the slowest rank's; medians over the "
                   "row's iterations; time/vendor is the median of per-pair ratios\n",
                   DTL_BENCH_FLAVOR, dtl::bench::comm().size());
-      dtl::bench::TableReporter table;
+      dtl::bench::Records records;
+      records.write(R"({"event":"begin","world_size":)" + std::to_string(dtl::bench::comm().size()) + "}");
+      dtl::bench::TableReporter table(records);
       benchmark::RunSpecifiedBenchmarks(&table);
     } else {
       dtl::bench::NullReporter quiet;
