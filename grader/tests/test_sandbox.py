@@ -33,6 +33,9 @@ MARK = f"dtl-sandbox-{uuid.uuid4().hex[:12]}"
 CHILD_NAME = f"dtl{uuid.uuid4().hex[:8]}"  # the forked sleeper's process name (15 characters at most)
 LEAK_FILE = Path("/tmp") / f"{MARK}.leak"
 TRIED_FILE = Path("/tmp") / f"{MARK}.tried"
+# The sleeper's argument: 300 seconds and a fraction unique to this run, so that
+# sleepers() finds what a submission left behind and not another program's sleep.
+SLEEP = f"sleep 300.{uuid.uuid4().int % 10**9:09d}"
 
 IMPORTING_PRELUDE = f"""\
 #include <cstdio>
@@ -44,7 +47,7 @@ const int kSneak = [] {{
     std::fclose(in);
     if (std::FILE* out = std::fopen("{TRIED_FILE}", "w")) std::fclose(out);
   }}
-  return std::system("sleep 300 &");
+  return std::system("{SLEEP} &");
 }}();
 }}  // namespace
 """
@@ -60,9 +63,9 @@ def with_prelude(dest: Path, prelude: str) -> Path:
 
 
 def sleepers() -> list[str]:
-    """Processes the submissions meant to leave behind: `sleep 300`, or the forked child."""
+    """Processes the submissions meant to leave behind: SLEEP, or the forked child."""
     out = subprocess.run(["ps", "-eo", "pid,comm,args"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if "sleep 300" in line or CHILD_NAME in line]
+    return [line for line in out.splitlines() if SLEEP in line or CHILD_NAME in line]
 
 
 class TestRefusedImports(helpers.GraderAssertions, unittest.TestCase):
