@@ -17,6 +17,7 @@
 #include <string>
 
 #include "harness/bench/bench.h"
+#include "harness/json.h"
 #include "harness/orphans.h"
 #include "harness/testing/result_channel.h"
 
@@ -77,24 +78,6 @@ class Records {
   std::ofstream out_;
 };
 
-// A JSON string of `text` (names and error messages of rows).
-std::string quoted(const std::string& text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
 // Prints one line per row: the name, then the chosen counters; under the grader,
 // also one sealed record per row with every counter.
 class TableReporter : public benchmark::BenchmarkReporter {
@@ -111,14 +94,14 @@ class TableReporter : public benchmark::BenchmarkReporter {
   }
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const auto& run : runs) {
-      std::string record = R"({"event":"row","name":)" + quoted(run.benchmark_name()) +
-                           R"(,"error":)" + (run.error_occurred ? quoted(run.error_message) : "null") +
+      std::string record = R"({"event":"row","name":)" + json_quoted(run.benchmark_name()) +
+                           R"(,"error":)" + (run.error_occurred ? json_quoted(run.error_message) : "null") +
                            R"(,"counters":{)";
       bool first = true;
       for (const auto& [name, counter] : run.counters) {
         char value[64];
         std::snprintf(value, sizeof value, "%.17g", counter.value);
-        record += (first ? "" : ",") + quoted(name) + ":" + value;
+        record += (first ? "" : ",") + json_quoted(name) + ":" + value;
         first = false;
       }
       records_.write(record + "}}");

@@ -53,4 +53,26 @@ double run_collective_row(benchmark::State& state, const CollectiveRow& row) {
   return seconds;
 }
 
+std::vector<Column> collective_columns(bool with_root, const std::vector<std::string>& other_vendors) {
+  // The type cell prints the format itself: every collective row here is float.
+  std::vector<Column> columns{{"bytes", "size (B)", "%10.0f"}, {"count", "count", "%10.0f"}, {"type", "type", "float"}};
+  if (with_root) columns.push_back({"root", "root", "%4.0f"});
+  columns.push_back({"time_us", "time (us)", "%10.2f"});
+  columns.push_back({"vendor_us", "vendor (us)", "%11.2f"});
+  const auto width = [](const std::string& header) { return "%" + std::to_string(header.size()) + ".2f"; };
+  for (const auto& name : other_vendors) {
+    const std::string header = name + " (us)";
+    columns.push_back({name + "_us", header, width(header)});
+  }
+  columns.push_back({"algbw", "algbw (GB/s)", "%12.3f"});
+  columns.push_back({"busbw", "busbw (GB/s)", "%12.3f"});
+  columns.push_back({"wrong", "#wrong", "%6.0f"});
+  columns.push_back({"ratio", "time/vendor", "%11.2f"});
+  for (const auto& name : other_vendors) {
+    const std::string header = "time/" + name;
+    columns.push_back({"ratio_" + name, header, width(header)});
+  }
+  return columns;
+}
+
 }  // namespace dtl::bench

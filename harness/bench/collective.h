@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "harness/bench/bench.h"
+
 namespace dtl::bench {
 
 /// @brief What one row measures; built per size by the lab's benchmark.
@@ -43,5 +45,14 @@ struct CollectiveRow {
 /// @param[in] row the row.
 /// @return the implementation's median seconds, or -1 when the row was skipped.
 double run_collective_row(benchmark::State& state, const CollectiveRow& row);
+
+/// @brief The printed table's columns for run_collective_row()'s counters, in
+/// nccl-tests' order: size, count, type, [root,] time, vendor time, each other
+/// vendor's time, algbw, busbw, \#wrong, time/vendor, time/each other vendor.
+/// A collective lab's benchmark passes them to set_columns().
+/// @param[in] with_root whether the rows have a root (broadcast, reduce, ...).
+/// @param[in] other_vendors the names of CollectiveRow::other_vendors, in order.
+/// @return the columns.
+std::vector<Column> collective_columns(bool with_root, const std::vector<std::string>& other_vendors = {});
 
 }  // namespace dtl::bench

@@ -10,31 +10,11 @@
 #include <utility>
 
 #include "harness/comm/mpi.h"
+#include "harness/json.h"
 
 namespace dtl {
 
 namespace {
-
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
 
 std::string microseconds(double seconds) {
   char buf[64];
@@ -98,21 +78,21 @@ std::string Timeline::events_json(double origin_seconds) const {
   for (std::size_t i : order) {
     const Span& span = spans_[i];
     events << ",\n{\"ph\":\"X\",\"pid\":" << pid << ",\"tid\":" << track_id(span.track)
-           << ",\"name\":" << json_string(span.name) << ",\"ts\":" << microseconds(span.begin_seconds - origin_seconds)
+           << ",\"name\":" << json_quoted(span.name) << ",\"ts\":" << microseconds(span.begin_seconds - origin_seconds)
            << ",\"dur\":" << microseconds(span.end_seconds - span.begin_seconds) << ",\"args\":{";
     const char* sep = "";
     for (const auto& [key, value] : span.args) {
-      events << sep << json_string(key) << ":" << json_string(value);
+      events << sep << json_quoted(key) << ":" << json_quoted(value);
       sep = ",";
     }
     events << "}}";
   }
   std::ostringstream out;
   out << "{\"ph\":\"M\",\"pid\":" << pid << ",\"name\":\"process_name\",\"args\":{\"name\":"
-      << json_string(process_name_) << "}}";
+      << json_quoted(process_name_) << "}}";
   for (std::size_t t = 0; t < tracks.size(); ++t) {
     out << ",\n{\"ph\":\"M\",\"pid\":" << pid << ",\"tid\":" << t + 1
-        << ",\"name\":\"thread_name\",\"args\":{\"name\":" << json_string(tracks[t]) << "}}";
+        << ",\"name\":\"thread_name\",\"args\":{\"name\":" << json_quoted(tracks[t]) << "}}";
   }
   return out.str() + events.str();
 }

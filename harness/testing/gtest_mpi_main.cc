@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "harness/comm/mpi.h"
+#include "harness/json.h"
 #include "harness/orphans.h"
 #include "harness/testing/mpi_test.h"
 #include "harness/testing/mpi_tracer.h"
@@ -81,28 +82,6 @@ std::string unsupported_rank_count(int world_size, const char* program) {
 
 std::optional<Comm> g_test_comm;  // the running test's communicator
 Comm* g_control = nullptr;        // the harness's own traffic, never the tests'
-
-std::string json_escape(const std::string& text) {
-  std::string out;
-  out.reserve(text.size() + 8);
-  for (unsigned char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out;
-}
 
 // Appends JSON lines to DTL_PROGRESS_FILE (rank 0 only); flushed at once so the
 // record survives a crash or a kill that follows. Under the grader each line is
@@ -192,8 +171,8 @@ class Watchdog {
     }
     std::cerr << "\n[dtl] " << report.str() << std::flush;
     std::cout << std::flush;
-    progress_.write(R"({"event":"timeout","test":")" + json_escape(test_) + R"(","seconds":)" +
-                    std::to_string(seconds_) + R"(,"report":")" + json_escape(report.str()) + "\"}");
+    progress_.write(R"({"event":"timeout","test":)" + json_quoted(test_) + R"(,"seconds":)" +
+                    std::to_string(seconds_) + R"(,"report":)" + json_quoted(report.str()) + "}");
     dtl::kill_descendants();
     std::_Exit(124);  // mpirun sees rank 0 fail and ends the other ranks
   }
@@ -222,7 +201,7 @@ class MpiListener : public ::testing::EmptyTestEventListener {
   void OnTestStart(const ::testing::TestInfo& info) override {
     const std::string name = full_name(info);
     if (watchdog_ != nullptr) watchdog_->arm(name);
-    progress_.write(R"({"event":"start","test":")" + json_escape(name) + "\"}");
+    progress_.write(R"({"event":"start","test":)" + json_quoted(name) + "}");
     failures_.clear();
     {
       // MPI_Comm_dup is collective: a rank here waits for the others to arrive.
@@ -272,9 +251,9 @@ class MpiListener : public ::testing::EmptyTestEventListener {
         std::cout << "[dtl] " << full_name(info) << " failed on rank(s) " << failed_ranks << " of "
                   << by_rank.size() << "\n";
       }
-      progress_.write(R"({"event":"end","test":")" + json_escape(full_name(info)) + R"(","status":")" +
+      progress_.write(R"({"event":"end","test":)" + json_quoted(full_name(info)) + R"(,"status":")" +
                       status + R"(","seconds":)" + std::to_string(result->elapsed_time() / 1000.0) +
-                      R"(,"failures":")" + json_escape(messages) + "\"}");
+                      R"(,"failures":)" + json_quoted(messages) + "}");
     }
     if (watchdog_ != nullptr) watchdog_->disarm();
   }

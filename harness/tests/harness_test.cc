@@ -9,6 +9,7 @@
 
 #include "harness/comm/mpi.h"
 #include "harness/error.h"
+#include "harness/json.h"
 #include "harness/testing/mpi_test.h"
 #include "harness/testing/mpi_tracer.h"
 
@@ -46,6 +47,15 @@ TEST(Error, NotImplementedNamesTheFunction) {
   const dtl::NotImplemented e("ping_pong");
   EXPECT_THAT(e.what(), HasSubstr("ping_pong is not implemented yet"));
   EXPECT_THAT(e.what(), HasSubstr("TODO(student)"));
+}
+
+TEST(JsonQuoted, EscapesWhatRfc8259RequiresAndPassesTheRest) {
+  EXPECT_EQ(dtl::json_quoted(""), "\"\"");
+  EXPECT_EQ(dtl::json_quoted("Ring.Shifts/4"), "\"Ring.Shifts/4\"");
+  EXPECT_EQ(dtl::json_quoted("say \"hi\" \\ bye"), R"("say \"hi\" \\ bye")");
+  EXPECT_EQ(dtl::json_quoted("a\nb\tc\rd"), R"("a\nb\tc\u000dd")");
+  EXPECT_EQ(dtl::json_quoted(std::string_view("\0\x1f", 2)), R"("\u0000\u001f")");
+  EXPECT_EQ(dtl::json_quoted("r\xc3\xa9sum\xc3\xa9 \x7f"), "\"r\xc3\xa9sum\xc3\xa9 \x7f\"");  // UTF-8 and DEL kept
 }
 
 TEST(Comm, DuplicateIsSeparateAndMovable) {

@@ -283,16 +283,7 @@ void report_crossover() {
 }
 
 const bool registered = [] {
-  dtl::bench::set_columns({{"bytes", "size (B)", "%10.0f"},
-                           {"count", "count", "%10.0f"},
-                           {"type", "type", "float"},  // every row is float; the cell is the name
-                           {"root", "root", "%4.0f"},
-                           {"time_us", "time (us)", "%10.2f"},
-                           {"vendor_us", "vendor (us)", "%11.2f"},
-                           {"algbw", "algbw (GB/s)", "%12.3f"},
-                           {"busbw", "busbw (GB/s)", "%12.3f"},
-                           {"wrong", "#wrong", "%6.0f"},
-                           {"ratio", "time/vendor", "%11.2f"}});
+  dtl::bench::set_columns(dtl::bench::collective_columns(/*with_root=*/true));
   dtl::bench::at_start(register_rows);
   dtl::bench::at_finish(report_crossover);
   return true;

@@ -250,17 +250,7 @@ void free_forced_ring() {
 }
 
 const bool registered = [] {
-  dtl::bench::set_columns({{"bytes", "size (B)", "%10.0f"},
-                           {"count", "count", "%10.0f"},
-                           {"type", "type", "float"},
-                           {"time_us", "time (us)", "%10.2f"},
-                           {"vendor_us", "vendor (us)", "%11.2f"},
-                           {"ompi_ring_us", "ompi_ring (us)", "%14.2f"},
-                           {"algbw", "algbw (GB/s)", "%12.3f"},
-                           {"busbw", "busbw (GB/s)", "%12.3f"},
-                           {"wrong", "#wrong", "%6.0f"},
-                           {"ratio", "time/vendor", "%11.2f"},
-                           {"ratio_ompi_ring", "time/ompi_ring", "%14.2f"}});
+  dtl::bench::set_columns(dtl::bench::collective_columns(/*with_root=*/false, {"ompi_ring"}));
   dtl::bench::at_start(register_rows);
   dtl::bench::at_finish(free_forced_ring);
   return true;
