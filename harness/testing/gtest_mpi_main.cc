@@ -12,6 +12,8 @@
 //    "Suite.Slow=60,Suite.Other=5", sets it for single tests). When it fires it reads
 //    every rank's PMPI trace (harness/testing/mpi_tracer.h) and prints where each
 //    rank is blocked, then ends the job: a deadlock is reported, never a hang.
+//    A rank that fails a test and leaves it while the others still wait in MPI
+//    for it ends the job at once: See Note [A rank that left a failed test].
 //  - With DTL_PROGRESS_FILE set, rank 0 appends one JSON line per test start and
 //    end (and on a timeout), so the grader knows which test a crashed or killed
 //    run was in. Under the grader these records are the results, each one
@@ -21,6 +23,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -28,7 +31,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -59,6 +64,67 @@ namespace dtl::testing {
 extern const char* const kSupportedRanks __attribute__((weak));
 
 namespace {
+
+// Note [A rank that left a failed test]
+// One rank's set-up throws ("Model::slice: argument 'begin' ...") or fails an
+// ASSERT and leaves the test; the others are inside a collective or a receive
+// that needs it, and wait. Before, the watchdog reported that as a DEADLOCK
+// after the whole timeout (60 s), and the report showed the waits, the effect,
+// while the cause, the failure itself, sat in memory on a rank that never got to
+// send it. Now a rank that leaves a test with a failure writes it to
+// DIR/rank<N>.failed (the trace folder, with the test's sequence number), and
+// rank 0's watchdog looks twice a second: once a rank has left with a failure
+// and every other rank has been inside an MPI call (or the harness's own wait)
+// for kLeftFailedGrace seconds, nobody can make progress without the rank that
+// left, so it ends the job then with a report that leads with the failure. A
+// rank running its own code, or polling, is still working: the watchdog waits
+// for it as before, up to the timeout.
+constexpr double kLeftFailedGrace = 4.0;  // seconds
+constexpr std::size_t kMaxFailedNoteBytes = 4000;
+
+// Seconds on the clock the tracer's state files use (the wall clock, shared by
+// every process on the host).
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string failed_note_path(const std::string& trace_dir, int rank) {
+  return trace_dir + "/rank" + std::to_string(rank) + ".failed";
+}
+
+// Writes this rank's failure of test number `seq` for rank 0's watchdog; whole
+// or not at all (written beside, then renamed).
+void write_failed_note(const std::string& trace_dir, int rank, long seq, const std::string& failures) {
+  if (trace_dir.empty()) return;
+  const std::string path = failed_note_path(trace_dir, rank);
+  {
+    std::ofstream out(path + ".tmp", std::ios::trunc);
+    char at[32];
+    std::snprintf(at, sizeof at, "%.3f", wall_seconds());
+    out << seq << "\n" << at << "\n" << failures.substr(0, kMaxFailedNoteBytes);
+    if (!out) return;
+  }
+  std::error_code ignored;
+  std::filesystem::rename(path + ".tmp", path, ignored);
+}
+
+struct FailedNote {
+  int rank = -1;
+  double at = 0.0;       // wall_seconds() when the rank left the test
+  std::string failures;  // its failure messages
+};
+
+// The failure rank `rank` left test number `seq` with, if it did.
+std::optional<FailedNote> read_failed_note(const std::string& trace_dir, int rank, long seq) {
+  std::ifstream in(failed_note_path(trace_dir, rank));
+  long note_seq = -1;
+  FailedNote note;
+  if (!(in >> note_seq >> note.at) || note_seq != seq) return std::nullopt;
+  note.rank = rank;
+  in.ignore(1);
+  note.failures.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return note;
+}
 
 constexpr std::size_t kMaxFailureBytesPerRank = 8192;
 
@@ -127,9 +193,10 @@ class Watchdog {
       if (eq != std::string::npos) overrides_[entry.substr(0, eq)] = std::atof(entry.c_str() + eq + 1);
     }
   }
-  void arm(const std::string& test) {
+  void arm(const std::string& test, long seq) {
     std::lock_guard lock(mutex_);
     test_ = test;
+    seq_ = seq;
     const auto it = overrides_.find(test);
     seconds_ = it != overrides_.end() ? it->second : default_seconds_;
     deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -150,11 +217,48 @@ class Watchdog {
         cv_.wait(lock);
         continue;
       }
-      if (cv_.wait_until(lock, deadline_) == std::cv_status::timeout && armed_ && !stop_ &&
-          std::chrono::steady_clock::now() >= deadline_) {
-        fire();
-      }
+      const auto poll = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+      if (cv_.wait_until(lock, std::min(deadline_, poll)) != std::cv_status::timeout || !armed_ || stop_) continue;
+      if (std::chrono::steady_clock::now() >= deadline_) fire();
+      if (const std::string report = left_failed_report(); !report.empty()) stop(report);
     }
+  }
+  // See Note [A rank that left a failed test]: the report when some ranks left
+  // this test with a failure and every other rank waits in MPI; else "".
+  std::string left_failed_report() const {
+    if (trace_dir_.empty()) return "";
+    std::vector<FailedNote> left;
+    for (int r = 0; r < world_size_; ++r) {
+      if (auto note = read_failed_note(trace_dir_, r, seq_)) left.push_back(std::move(*note));
+    }
+    if (left.empty() || static_cast<int>(left.size()) == world_size_) return "";
+    const double now = wall_seconds();
+    double first_left = now;
+    for (const auto& note : left) first_left = std::min(first_left, note.at);
+    if (now - first_left < kLeftFailedGrace) return "";
+    const auto states = trace::read_states(trace_dir_, world_size_);
+    std::string left_ranks, waiting_ranks;
+    for (int r = 0; r < world_size_; ++r) {
+      const bool has_left = std::any_of(left.begin(), left.end(), [r](const FailedNote& n) { return n.rank == r; });
+      std::string& list = has_left ? left_ranks : waiting_ranks;
+      list += (list.empty() ? "" : ", ") + std::to_string(r);
+      if (has_left) continue;
+      const auto& state = states[static_cast<std::size_t>(r)];
+      if ((state.state != "blocked" && state.state != "polling") || state.seconds < kLeftFailedGrace) return "";
+    }
+    std::ostringstream report;
+    report.precision(1);
+    report << "STOPPED " << test_ << ": rank(s) " << left_ranks << " failed this test and left it "
+           << std::fixed << now - first_left << " s ago, while rank(s) " << waiting_ranks
+           << " still wait inside MPI, for a message or a collective that a rank which left will never send "
+              "or join. Waiting out the "
+           << std::setprecision(0) << seconds_ << " s timeout would change nothing, so the run stops now.\n";
+    for (const auto& note : left) {
+      report << "The failure of rank " << note.rank << " (the cause: fix it first):\n" << note.failures;
+      if (!note.failures.empty() && note.failures.back() != '\n') report << "\n";
+    }
+    report << "Where each rank is:\n" << trace::describe_all(trace_dir_, world_size_, 0.0, nullptr);
+    return report.str();
   }
   [[noreturn]] void fire() {
     bool all_blocked = false;
@@ -169,10 +273,14 @@ class Watchdog {
                 "send after its own wait returns (for example every rank in MPI_Send at once with "
                 "messages above the eager limit).\n";
     }
-    std::cerr << "\n[dtl] " << report.str() << std::flush;
+    stop(report.str());
+  }
+  // Prints the report, records it, and ends the job.
+  [[noreturn]] void stop(const std::string& report) {
+    std::cerr << "\n[dtl] " << report << std::flush;
     std::cout << std::flush;
     progress_.write(R"({"event":"timeout","test":)" + json_quoted(test_) + R"(,"seconds":)" +
-                    std::to_string(seconds_) + R"(,"report":)" + json_quoted(report.str()) + "}");
+                    std::to_string(seconds_) + R"(,"report":)" + json_quoted(report) + "}");
     dtl::kill_descendants();
     std::_Exit(124);  // mpirun sees rank 0 fail and ends the other ranks
   }
@@ -186,6 +294,7 @@ class Watchdog {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::string test_;
+  long seq_ = 0;  // the running test's number, counted from 1 (as MpiListener counts)
   std::chrono::steady_clock::time_point deadline_;
   bool armed_ = false;
   bool stop_ = false;
@@ -196,11 +305,13 @@ class Watchdog {
 // rank 0, watchdog and progress records around each test.
 class MpiListener : public ::testing::EmptyTestEventListener {
  public:
-  MpiListener(Watchdog* watchdog, Progress& progress) : watchdog_(watchdog), progress_(progress) {}
+  MpiListener(Watchdog* watchdog, Progress& progress, std::string trace_dir)
+      : watchdog_(watchdog), progress_(progress), trace_dir_(std::move(trace_dir)) {}
 
   void OnTestStart(const ::testing::TestInfo& info) override {
     const std::string name = full_name(info);
-    if (watchdog_ != nullptr) watchdog_->arm(name);
+    ++seq_;
+    if (watchdog_ != nullptr) watchdog_->arm(name, seq_);
     progress_.write(R"({"event":"start","test":)" + json_quoted(name) + "}");
     failures_.clear();
     {
@@ -224,6 +335,8 @@ class MpiListener : public ::testing::EmptyTestEventListener {
   }
 
   void OnTestEnd(const ::testing::TestInfo& info) override {
+    // See Note [A rank that left a failed test].
+    if (!failures_.empty()) write_failed_note(trace_dir_, g_control->rank(), seq_, failures_);
     g_test_comm.reset();
     std::vector<std::string> by_rank;
     {
@@ -286,6 +399,8 @@ class MpiListener : public ::testing::EmptyTestEventListener {
 
   Watchdog* watchdog_;
   Progress& progress_;
+  std::string trace_dir_;
+  long seq_ = 0;  // tests started, the same on every rank
   std::string failures_;
 };
 
@@ -402,7 +517,7 @@ int main(int argc, char** argv) {
       delete listeners.Release(listeners.default_result_printer());
       delete listeners.Release(listeners.default_xml_generator());
     }
-    listeners.Append(new MpiListener(watchdog ? &*watchdog : nullptr, progress));
+    listeners.Append(new MpiListener(watchdog ? &*watchdog : nullptr, progress, trace_dir));
     progress.write(R"({"event":"begin","world_size":)" + std::to_string(control.size()) + "}");
 
     // See Note [Rank counts a test program supports].

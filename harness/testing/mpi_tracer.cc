@@ -325,47 +325,73 @@ HarnessWait::~HarnessWait() {
   leave(t, false);
 }
 
+namespace {
+
+// A rank's state file, parsed (see Tracer::mirror() for its lines).
+struct StateFile {
+  std::string state, call, last;
+  double since = 0.0;
+  std::vector<std::string> threads;  // "label: in CALL for S s", when several threads are in MPI
+};
+
+StateFile read_state_file(const std::string& dir, int rank, double now) {
+  StateFile f;
+  std::ifstream in(dir + "/rank" + std::to_string(rank) + ".state");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("state ", 0) == 0) f.state = line.substr(6);
+    if (line.rfind("since ", 0) == 0) f.since = std::atof(line.c_str() + 6);
+    if (line.rfind("call ", 0) == 0) f.call = line.substr(5);
+    if (line.rfind("last ", 0) == 0) f.last = line.substr(5);
+    if (line.rfind("thread ", 0) == 0) {  // "thread blocked 123.456 LABEL|CALL"
+      std::istringstream fields(line.substr(7));
+      std::string thread_state, label_call;
+      double thread_since = 0.0;
+      fields >> thread_state >> thread_since;
+      std::getline(fields >> std::ws, label_call);
+      const auto bar = label_call.find('|');
+      f.threads.push_back(label_call.substr(0, bar) + ": " +
+                          in_call_text(thread_state == "blocked", label_call.substr(bar + 1), now - thread_since));
+    }
+  }
+  return f;
+}
+
+}  // namespace
+
+std::vector<RankState> read_states(const std::string& dir, int world_size) {
+  const double now = now_seconds();
+  std::vector<RankState> states;
+  for (int r = 0; r < world_size; ++r) {
+    const StateFile f = read_state_file(dir, r, now);
+    const bool in_call = f.state == "blocked" || f.state == "polling";
+    states.push_back({f.state, in_call ? now - f.since : 0.0, f.call});
+  }
+  return states;
+}
+
 std::string describe_all(const std::string& dir, int world_size, double min_seconds, bool* all_blocked) {
   std::ostringstream out;
   out.precision(1);
   bool blocked = world_size > 0;
   const double now = now_seconds();
   for (int r = 0; r < world_size; ++r) {
-    std::ifstream in(dir + "/rank" + std::to_string(r) + ".state");
-    std::string line, state, call, last;
-    std::vector<std::string> threads;  // "label: in CALL for S s", when several threads are in MPI
-    double since = 0.0;
-    while (std::getline(in, line)) {
-      if (line.rfind("state ", 0) == 0) state = line.substr(6);
-      if (line.rfind("since ", 0) == 0) since = std::atof(line.c_str() + 6);
-      if (line.rfind("call ", 0) == 0) call = line.substr(5);
-      if (line.rfind("last ", 0) == 0) last = line.substr(5);
-      if (line.rfind("thread ", 0) == 0) {  // "thread blocked 123.456 LABEL|CALL"
-        std::istringstream fields(line.substr(7));
-        std::string thread_state, label_call;
-        double thread_since = 0.0;
-        fields >> thread_state >> thread_since;
-        std::getline(fields >> std::ws, label_call);
-        const auto bar = label_call.find('|');
-        threads.push_back(label_call.substr(0, bar) + ": " +
-                          in_call_text(thread_state == "blocked", label_call.substr(bar + 1), now - thread_since));
-      }
-    }
+    const StateFile f = read_state_file(dir, r, now);
     out << "  rank " << r << ": ";
-    if (state == "blocked" || state == "polling") {
+    if (f.state == "blocked" || f.state == "polling") {
       // Polling (MPI_Test in a loop) or a call entered just now is progress, not a deadlock.
-      if (state != "blocked" || now - since < min_seconds) blocked = false;
-      if (threads.empty()) {
-        out << in_call_text(state == "blocked", call, now - since) << "\n";
+      if (f.state != "blocked" || now - f.since < min_seconds) blocked = false;
+      if (f.threads.empty()) {
+        out << in_call_text(f.state == "blocked", f.call, now - f.since) << "\n";
       } else {
-        out << threads.size() << " threads in MPI";
-        for (const auto& t : threads) out << "; " << t;
+        out << f.threads.size() << " threads in MPI";
+        for (const auto& t : f.threads) out << "; " << t;
         out << "\n";
       }
-    } else if (state == "running") {
+    } else if (f.state == "running") {
       blocked = false;
       out << "running its own code, not in an MPI call"
-          << (last.empty() ? "" : " (last call: " + last + ")") << "\n";
+          << (f.last.empty() ? "" : " (last call: " + f.last + ")") << "\n";
     } else {
       blocked = false;
       out << "no trace (the process may have exited)\n";

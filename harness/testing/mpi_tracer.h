@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace dtl::trace {
 
@@ -56,6 +57,19 @@ std::string describe_self();
 ///             MPI call for at least `min_seconds` (a deadlock, not a slow run).
 /// @return lines such as "rank 0: in MPI_Send(dest=1, tag=0, 1 MiB) for 10.0 s".
 std::string describe_all(const std::string& dir, int world_size, double min_seconds, bool* all_blocked);
+
+/// @brief One rank's state, as its state file says.
+struct RankState {
+  std::string state;     ///< "blocked", "polling", "running", or "" (no file: the rank may have exited)
+  double seconds = 0.0;  ///< how long the rank has been in its current call (blocked or polling)
+  std::string call;      ///< that call, e.g. "MPI_Recv(source=0, tag=3, up to 4 B)"
+};
+
+/// @brief Reads every rank's state file.
+/// @param[in] dir the folder given to enable_state_file().
+/// @param[in] world_size how many rank files to expect.
+/// @return one RankState per rank, in rank order.
+std::vector<RankState> read_states(const std::string& dir, int world_size);
 
 /// @brief Marks this rank as waiting inside the test harness (not in the code
 /// under test) for as long as the object lives, so that a timeout report says

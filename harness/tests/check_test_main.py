@@ -97,4 +97,25 @@ with tempfile.TemporaryDirectory() as tmp:
     check("rank 1: in the test harness, waiting for the other ranks to finish" in out,
           "the report shows rank 1 waiting in the harness", out)
 
+    # Note [A rank that left a failed test]: a rank whose set-up threw, or that gave
+    # up, while the others wait in MPI for it, ends the run within seconds (not
+    # after the timeout), and the report leads with that rank's failure.
+    rc, out, seconds = run(3, "Meta.DISABLED_SetUpThrowsOnRankZeroWhileOthersWait", "--dtl_timeout=60")
+    check(rc != 0 and seconds < 20, f"rank 0's set-up error while the others wait stops the run ({seconds:.1f} s)", out)
+    check("STOPPED Meta.DISABLED_SetUpThrowsOnRankZeroWhileOthersWait: rank(s) 0 failed"
+          in out and "set-up failed on purpose on rank 0" in out and "DEADLOCK" not in out,
+          "the report names the rank that left and its exception, not a deadlock", out)
+    check("rank 1: in MPI_Bcast" in out and "rank 2: in MPI_Bcast" in out,
+          "the report shows where the waiting ranks are", out)
+    events = [json.loads(line) for line in open(progress)]
+    check(any(e["event"] == "timeout" and "set-up failed on purpose" in e["report"] for e in events),
+          "the progress file records the stop with the failure", json.dumps(events[-3:]))
+    rc, out, seconds = run(3, "Meta.DISABLED_LastRankFailsWhileOthersWait", "--dtl_timeout=60")
+    check(rc != 0 and seconds < 20 and "rank(s) 2 failed" in out and "the last rank gives up on purpose" in out
+          and "timeout would change nothing" in out,
+          f"the last rank's failure reaches the report although rank 0 waits ({seconds:.1f} s)", out)
+    rc, out, seconds = run(3, "Meta.DISABLED_FailsWhileOthersCompute", "--dtl_timeout=60")
+    check(rc == 1 and "STOPPED" not in out and "rank 0 fails at once on purpose" in out and seconds >= 6,
+          f"ranks still computing are waited for: the test ends normally ({seconds:.1f} s)", out)
+
 sys.exit(1 if failures else 0)

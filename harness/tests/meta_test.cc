@@ -4,7 +4,9 @@
 // They are DISABLED_ so that a plain run of this binary passes.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -73,5 +75,33 @@ TEST(Meta, DISABLED_TwoThreadsBlocked) {
 }
 
 TEST(Meta, DISABLED_ThrowsOnEveryRank) { throw std::runtime_error("thrown on purpose"); }
+
+// Rank 0's set-up throws; the others wait for its broadcast, which never comes.
+// The job must stop within seconds, leading with rank 0's exception.
+TEST(Meta, DISABLED_SetUpThrowsOnRankZeroWhileOthersWait) {
+  if (comm().rank() == 0) throw std::runtime_error("set-up failed on purpose on rank 0");
+  int value = 0;
+  MPI_Bcast(&value, 1, MPI_INT, 0, comm());
+}
+
+// The last rank gives up (a fatal assertion); the others wait for its message.
+TEST(Meta, DISABLED_LastRankFailsWhileOthersWait) {
+  const int last = comm().size() - 1;
+  ASSERT_NE(comm().rank(), last) << "the last rank gives up on purpose";
+  int value = 0;
+  MPI_Recv(&value, 1, MPI_INT, last, 9, comm(), MPI_STATUS_IGNORE);
+}
+
+// Rank 0 fails at once; the others compute for 6 s and finish. They are working,
+// not waiting for rank 0: the test must end normally, with rank 0's failure.
+TEST(Meta, DISABLED_FailsWhileOthersCompute) {
+  if (comm().rank() == 0) {
+    ADD_FAILURE() << "rank 0 fails at once on purpose";
+    return;
+  }
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(6);
+  volatile double x = 1;
+  while (std::chrono::steady_clock::now() < end) x = x * 1.0000001;
+}
 
 }  // namespace
