@@ -17,7 +17,7 @@
 #include "harness/comm/communicator.h"
 #include "harness/error.h"
 #include "harness/testing/mpi_test.h"
-#include "harness/tests/backends_under_test.h"
+#include "harness/comm/tests/backends_under_test.h"
 
 namespace {
 

@@ -18,7 +18,7 @@
 #include "harness/error.h"
 #include "harness/testing/collective_checks.h"
 #include "harness/testing/mpi_test.h"
-#include "harness/tests/backends_under_test.h"
+#include "harness/comm/tests/backends_under_test.h"
 
 namespace {
 
