@@ -54,7 +54,7 @@ TEST(Schedules, OneFOneBMatchesTheClosedForm) {
   }
 }
 
-// Activation memory in micro-batches: GPipe holds m, 1F1B min(m, P - s).
+// Activation memory in micro-batches: the peak each schedule keeps in flight (handout, section (c)).
 TEST(Schedules, InFlightMicroBatches) {
   for (int P = 1; P <= 5; ++P) {
     for (int s = 0; s < P; ++s) {
