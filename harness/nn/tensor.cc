@@ -5,6 +5,7 @@
 #include <new>
 
 #include "harness/error.h"
+#include "harness/nn/compute_stream.h"
 
 #ifdef DTL_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -29,6 +30,17 @@ std::string to_string(const Shape& shape) {
   }
   return s + ")";
 }
+
+// ---------------------------------------------------------------------------
+// The compute stream (Note [The compute stream] in compute_stream.h)
+// ---------------------------------------------------------------------------
+
+namespace {
+thread_local CUstream_st* t_compute_stream = nullptr;
+}  // namespace
+
+CUstream_st* compute_stream() noexcept { return t_compute_stream; }
+void set_compute_stream(CUstream_st* stream) noexcept { t_compute_stream = stream; }
 
 // ---------------------------------------------------------------------------
 // Storage
@@ -218,10 +230,16 @@ void Tensor::copy_from(const Tensor& src) const {
     return;
   }
 #ifdef DTL_HAVE_CUDA
-  // Tensors carry no stream; the layers' kernels run on the legacy default stream,
-  // and a copy that has landed is safe for every stream. See Note [Copies beside
-  // non-blocking streams] in harness/cuda/copy.h.
-  dtl::cuda::copy(raw(), src.raw(), n, nullptr);
+  if (device() == Device::kCuda && src.device() == Device::kCuda) {
+    // Device to device: queued on the compute stream like a kernel, no wait
+    // (Note [The compute stream] in compute_stream.h).
+    DTL_CUDA_CHECK(cudaMemcpyAsync(raw(), src.raw(), n, cudaMemcpyDeviceToDevice, compute_stream()));
+    return;
+  }
+  // Host and device: on the compute stream, which produced or will consume the
+  // device side, and waited for, so that the host side may be reused at once.
+  // See Note [Copies beside non-blocking streams] in harness/cuda/copy.h.
+  dtl::cuda::copy(raw(), src.raw(), n, compute_stream());
 #endif
 }
 
@@ -239,7 +257,8 @@ void Tensor::zero() const {
     return;
   }
 #ifdef DTL_HAVE_CUDA
-  dtl::cuda::zero(raw(), static_cast<std::size_t>(bytes()), nullptr);
+  // Queued on the compute stream, no wait: the ops that read it run there too.
+  DTL_CUDA_CHECK(cudaMemsetAsync(raw(), 0, static_cast<std::size_t>(bytes()), compute_stream()));
 #endif
 }
 

@@ -205,6 +205,10 @@ class Tensor {
   /// @return the copy (same shape, dtype and device).
   Tensor clone(MemoryCategory category) const;
   /// @brief Copies the elements of `src` into this tensor (host or device, either way).
+  ///
+  /// On the GPU it runs on the compute stream (compute_stream.h): a
+  /// device-to-device copy is queued and returns; a copy to or from the host
+  /// waits for that stream, so the host side is ready (or free) on return.
   /// @param[in] src same dtype and numel (shapes may differ).
   /// @throws dtl::InvalidArgument if dtype or numel differ.
   void copy_from(const Tensor& src) const;
@@ -212,7 +216,7 @@ class Tensor {
   /// @param[in] device the destination.
   /// @return the copy.
   Tensor to(Device device) const;
-  /// @brief Sets every element to zero.
+  /// @brief Sets every element to zero (on the GPU: queued on the compute stream, no wait).
   void zero() const;
 
  private:
