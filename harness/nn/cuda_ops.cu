@@ -113,6 +113,21 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
                "cublasSgemm");
 }
 
+void gemm_strided_batched(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                          const float* a, std::int64_t lda, std::int64_t stride_a, const float* b, std::int64_t ldb,
+                          std::int64_t stride_b, float beta, float* c, std::int64_t ldc, std::int64_t stride_c,
+                          std::int64_t batch, cudaStream_t stream) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  cublas_check(cublasSetStream(handle(), stream), "cublasSetStream");
+  // The same operand swap as gemm() above, batch by batch.
+  cublas_check(cublasSgemmStridedBatched(handle(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                         trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                                         static_cast<int>(k), &alpha, b, static_cast<int>(ldb), stride_b, a,
+                                         static_cast<int>(lda), stride_a, &beta, c, static_cast<int>(ldc), stride_c,
+                                         static_cast<int>(batch)),
+               "cublasSgemmStridedBatched");
+}
+
 void add_bias(float* y, const float* bias, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
   if (rows * cols == 0) return;
   add_bias_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(y, bias, rows, cols);
