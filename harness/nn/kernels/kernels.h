@@ -18,6 +18,10 @@
 
 #include "harness/nn/compute_stream.h"
 
+namespace dtl::nn::kernels {
+struct AdamWStep;  // optim_math.cuh
+}  // namespace dtl::nn::kernels
+
 namespace dtl::nn::detail {
 
 /// @brief Selects the CPU kernels (the layers' own loops).
@@ -112,5 +116,16 @@ void attention_forward(OnCuda on, float* out, float* att, const float* qkv, std:
 /// @brief dqkv (B, T, 3C) = the gradient through the core, from dout (B, T, C) (dqkv is overwritten).
 void attention_backward(OnCuda on, float* dqkv, const float* dout, const float* att, const float* qkv,
                         std::int64_t batch, std::int64_t seq, std::int64_t c, std::int64_t heads);
+
+// ---------------------------------------------------------------------------
+// optim.cu: one optimizer step over `count` elements of a flat buffer
+// ---------------------------------------------------------------------------
+
+/// @brief SGD: g = grad + wd p; m = mu m + g; p -= lr m (m null: p -= lr g).
+void sgd_step(OnCuda on, float* p, const float* g, float* m, std::int64_t count, float lr, float momentum,
+              float weight_decay);
+/// @brief AdamW, one step with the constants in `step` (kernels/optim_math.cuh).
+void adamw_step(OnCuda on, float* p, const float* g, float* m, float* v, std::int64_t count,
+                const kernels::AdamWStep& step);
 
 }  // namespace dtl::nn::detail

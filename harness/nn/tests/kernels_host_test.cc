@@ -23,8 +23,10 @@
 
 #include "harness/nn/kernels/attention_math.cuh"
 #include "harness/nn/kernels/elementwise_math.cuh"
+#include "harness/nn/kernels/optim_math.cuh"
 #include "harness/nn/kernels/row_math.cuh"
 #include "harness/nn/layers.h"
+#include "harness/nn/optim.h"
 #include "harness/random.h"
 
 namespace dtl::nn {
@@ -253,6 +255,34 @@ TEST(KernelsHost, AttentionAsTheKernelsComposeItMatchesTheCpuCore) {
   for (std::int64_t i = 0; i < batch * seq * c; ++i) ASSERT_TRUE(near(out[i], out_cpu.data<float>()[i], 1e-5, "out", i));
   for (std::int64_t i = 0; i < batch * seq * 3 * c; ++i)
     ASSERT_TRUE(near(dqkv[i], dqkv_cpu.data<float>()[i], 1e-5, "dqkv", i));
+}
+
+// ---------------------------------------------------------------------------
+// Optimizers: one element at a time, against the CPU optimizers
+// ---------------------------------------------------------------------------
+
+TEST(KernelsHost, OptimizerUpdatesMatchTheCpuOptimizers) {
+  const std::vector<float> p0{1.0f, -2.0f, 0.5f, 3.0f}, g{0.3f, -0.04f, 2.0f, -1e-3f};
+  for (const float momentum : {0.0f, 0.9f}) {
+    Sgd sgd({.lr = 0.1f, .momentum = momentum, .weight_decay = 0.01f}, 4);
+    std::vector<float> cpu = p0, mine = p0, m(4, 0.0f);
+    for (int t = 0; t < 3; ++t) {
+      sgd.step(cpu, g);
+      for (std::size_t i = 0; i < 4; ++i) sgd_update(&mine[i], momentum > 0 ? &m[i] : nullptr, g[i], 0.1f, momentum, 0.01f);
+    }
+    EXPECT_EQ(mine, cpu) << "momentum " << momentum;
+  }
+  AdamW adam({.lr = 0.01f, .weight_decay = 0.1f}, 4);
+  std::vector<float> cpu = p0, mine = p0, m(4, 0.0f), v(4, 0.0f);
+  for (int t = 1; t <= 3; ++t) {
+    adam.step(cpu, g);
+    // The bias corrections as AdamW computes them: 1 - beta^t in double, from the float betas.
+    const AdamWStep s{0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, static_cast<float>(1.0 - std::pow(double{0.9f}, t)),
+                      static_cast<float>(1.0 - std::pow(double{0.999f}, t))};
+    for (std::size_t i = 0; i < 4; ++i) adamw_update(&mine[i], &m[i], &v[i], g[i], s);
+  }
+  EXPECT_EQ(mine, cpu);
+  EXPECT_NE(mine, p0);
 }
 
 }  // namespace
