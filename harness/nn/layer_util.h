@@ -73,8 +73,10 @@ void dispatch(const char* function, std::initializer_list<OpArg> args, DType dty
     DTL_REQUIRE_ARG(dtype == DType::kF32, function, "dtype",
                     std::string("is ") + dtype_name(dtype) + "; on the GPU the layers compute in f32 only");
     f(OnCuda{compute_stream()}, float{});
-#endif
     return;
+#else
+    throw_invalid_argument(function, "tensors", "are on cuda, but this build has no CUDA");
+#endif
   }
   dispatch_float(dtype, function, [&](auto zero) { f(OnCpu{}, zero); });
 }
