@@ -230,14 +230,16 @@ class Tensor {
   DType dtype_ = DType::kF32;
 };
 
-/// @brief Converts elements between float types on the CPU: dst[i] = src[i] rounded to dst's type.
+/// @brief Converts elements between float types: dst[i] = src[i] rounded to dst's type.
 ///
-/// Any pair of f32, f64, f16 and bf16 (lab 05: f32 master weights to f16/bf16
-/// compute copies and back). Narrowing rounds to nearest, ties to even; f16
-/// overflows to infinity. Same dtype is a plain copy.
-/// @param[out] dst the destination, numel() equal to src's.
+/// Any pair of f32, f64, f16 and bf16 on the CPU (lab 05: f32 master weights to
+/// f16/bf16 compute copies and back); any pair of f32, f16 and bf16 on the GPU
+/// (kernels/convert.cu, queued on the compute stream). Narrowing rounds to
+/// nearest, ties to even; f16 overflows to infinity. Same dtype is a plain copy.
+/// @param[out] dst the destination, numel() equal to src's, on src's device.
 /// @param[in] src the source.
-/// @throws dtl::InvalidArgument if the counts differ, a tensor is on the GPU, or a dtype is i32.
+/// @throws dtl::InvalidArgument if the counts differ, the devices differ, a dtype is i32,
+///         or f64 is asked for on the GPU.
 void convert(const Tensor& dst, const Tensor& src);
 
 }  // namespace dtl::nn

@@ -118,6 +118,14 @@ void attention_backward(OnCuda on, float* dqkv, const float* dout, const float* 
                         std::int64_t batch, std::int64_t seq, std::int64_t c, std::int64_t heads);
 
 // ---------------------------------------------------------------------------
+// convert.cu: f32 <-> f16 / bf16 (convert() in tensor.h)
+// ---------------------------------------------------------------------------
+
+/// @brief dst[i] = src[i] rounded to dst's type, for kinds 0 = f32, 1 = f16, 2 = bf16 (two different kinds).
+/// @return false (nothing launched) for a pair it does not convert.
+bool convert_on_gpu(OnCuda on, void* dst, int dst_kind, const void* src, int src_kind, std::int64_t count);
+
+// ---------------------------------------------------------------------------
 // optim.cu: one optimizer step over `count` elements of a flat buffer
 // ---------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -65,6 +66,7 @@ Tensor random_tokens(const Shape& shape, std::int64_t vocab, std::uint64_t seed)
   std::int64_t bad = 0, first = -1;
   for (std::int64_t i = 0; i < cpu.numel(); ++i) {
     const double g = got.data<float>()[i], c = cpu.data<float>()[i];
+    if (g == c) continue;  // infinities included
     if (!(std::fabs(g - c) <= tol * (1.0 + std::fabs(c)))) {
       if (first < 0) first = i;
       ++bad;
@@ -256,6 +258,30 @@ TEST(LayersGpu, ModelToDeviceMovesTheAccountedBytes) {
   model.flatten_grads();
   EXPECT_EQ(model.flat_values().device(), Device::kCuda);
   EXPECT_EQ(gpu.current(MemoryCategory::kParameters) - params_before, bytes);  // moved, not copied
+}
+
+TEST(LayersGpu, ConvertBetweenF32F16AndBf16MatchesTheCpuBitForBit) {
+  DTL_SKIP_WITHOUT_GPU();
+  // Many magnitudes: subnormal and overflowing in f16, ties of both roundings.
+  Tensor x = random_host({20000}, 60, 1000.0);
+  for (std::int64_t i = 0; i < 200; ++i) x.data<float>()[i] *= 1e-7f;
+  const Tensor x_dev = x.to(Device::kCuda);
+  for (const DType half : {DType::kF16, DType::kBF16}) {
+    const Tensor h_cpu = Tensor::zeros({20000}, half, MemoryCategory::kOther);
+    const Tensor h_gpu = Tensor::zeros({20000}, half, MemoryCategory::kOther, Device::kCuda);
+    convert(h_cpu, x);
+    convert(h_gpu, x_dev);
+    const Tensor h_back = h_gpu.to(Device::kCpu);
+    ASSERT_EQ(std::memcmp(h_back.raw(), h_cpu.raw(), static_cast<std::size_t>(h_cpu.bytes())), 0) << dtype_name(half);
+    const Tensor f_cpu = Tensor::zeros({20000}, DType::kF32, MemoryCategory::kOther);
+    const Tensor f_gpu = Tensor::zeros({20000}, DType::kF32, MemoryCategory::kOther, Device::kCuda);
+    convert(f_cpu, h_cpu);
+    convert(f_gpu, h_gpu);
+    EXPECT_TRUE(all_close(f_gpu, f_cpu, 0.0, std::string("back to f32 from ") + dtype_name(half)));
+  }
+  const Tensor f64_dev = Tensor::zeros({20000}, DType::kF64, MemoryCategory::kOther, Device::kCuda);
+  EXPECT_THROW(convert(f64_dev, x_dev), InvalidArgument);
+  EXPECT_THROW(convert(Tensor::zeros({20000}, DType::kF16, MemoryCategory::kOther), x_dev), InvalidArgument);
 }
 
 // ---------------------------------------------------------------------------
