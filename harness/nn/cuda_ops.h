@@ -8,7 +8,8 @@
 /// layers in layers.h are the reference each kernel is tested against
 /// (tests/nn_gpu_test.cc, skipped without a GPU).
 ///
-/// Built only where nvcc is found (DTL_HAVE_CUDA); target dtl::nn_cuda.
+/// Built only where nvcc is found (DTL_HAVE_CUDA), into dtl::nn (dtl::nn_cuda is an alias).
+/// The layers' own GPU kernels are in kernels/ (see kernels/kernels.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
