@@ -44,9 +44,12 @@ void require_grad(const Tensor& dy, const Tensor& y, const std::string& layer) {
 }
 
 void ensure(Tensor& t, const Shape& shape, DType dtype, Device device) {
-  if (!t.defined() || t.shape() != shape || t.dtype() != dtype || t.device() != device) {
+  // Host ops write host activations to ordinary memory, whatever host memory
+  // their input came from (pinned memory is for copies, not for compute).
+  const Device where = is_host(device) ? Device::kCpu : device;
+  if (!t.defined() || t.shape() != shape || t.dtype() != dtype || t.device() != where) {
     t = Tensor();  // free the old buffer first, so the peak never holds both
-    t = Tensor::zeros(shape, dtype, MemoryCategory::kActivations, device);
+    t = Tensor::zeros(shape, dtype, MemoryCategory::kActivations, where);
   }
 }
 

@@ -113,7 +113,8 @@ void require_grad(const Tensor& dy, const Tensor& y, const std::string& layer);
 /// @param[in,out] t the buffer.
 /// @param[in] shape its shape.
 /// @param[in] dtype its dtype.
-/// @param[in] device where it lives (the op's device: a layer's output lives where its input does).
+/// @param[in] device the op's device: a layer's output lives on the GPU when its input does,
+///            and in ordinary host memory (kCpu) otherwise.
 void ensure(Tensor& t, const Shape& shape, DType dtype, Device device = Device::kCpu);
 
 /// @brief Calls grad_ready(p) if there is a callback.
