@@ -12,8 +12,12 @@ namespace dtl::nn::kernels {
 
 /// @brief The sizes of one attention problem: B, T, NH and hs = C / NH.
 struct HeadDims {
-  std::int64_t batch, seq, heads, hs;
-  /// @brief Elements of one head-major tensor, B NH T hs = B T C.
+  std::int64_t batch;  ///< B
+  std::int64_t seq;    ///< T
+  std::int64_t heads;  ///< NH
+  std::int64_t hs;     ///< C / NH
+  /// @brief Elements of one head-major tensor.
+  /// @return B NH T hs = B T C.
   DTL_NN_HD std::int64_t count() const { return batch * heads * seq * hs; }
 };
 

@@ -28,7 +28,13 @@ DTL_NN_HD inline void sgd_update(float* p, float* m, float grad, float lr, float
 
 /// @brief The constants of one AdamW step, the same for every element (c1, c2: the bias corrections).
 struct AdamWStep {
-  float lr, beta1, beta2, eps, weight_decay, correction1, correction2;
+  float lr;            ///< learning rate
+  float beta1;         ///< first-moment decay
+  float beta2;         ///< second-moment decay
+  float eps;           ///< added to sqrt(v_hat)
+  float weight_decay;  ///< decoupled weight decay
+  float correction1;   ///< 1 - beta1^t
+  float correction2;   ///< 1 - beta2^t
 };
 
 /// @brief AdamW: p -= lr wd p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
