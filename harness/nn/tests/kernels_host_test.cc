@@ -29,6 +29,14 @@
 #include "harness/nn/optim.h"
 #include "harness/random.h"
 
+#ifdef DTL_HAVE_CUDA
+#include <string>
+
+#include "harness/cuda/device.h"
+#include "harness/error.h"
+#include "harness/nn/cuda_ops.h"
+#endif
+
 namespace dtl::nn {
 namespace {
 
@@ -284,6 +292,25 @@ TEST(KernelsHost, OptimizerUpdatesMatchTheCpuOptimizers) {
   EXPECT_EQ(mine, cpu);
   EXPECT_NE(mine, p0);
 }
+
+#ifdef DTL_HAVE_CUDA
+// Note [cuBLAS loaded on first use] (cuda_ops.cu): without a GPU, the first GEMM
+// still opens cuBLAS and finds its functions, then cublasCreate fails. The
+// error must be cuBLAS's own (proof that dlopen and dlsym worked), not dlopen's.
+TEST(KernelsHost, CublasIsOpenedOnFirstUse) {
+  std::string why;
+  if (dtl::cuda::gpu_count(&why) > 0) GTEST_SKIP() << "a GPU is present: nn_gpu_test runs the GEMMs";
+  try {
+    cuda::gemm(false, false, 1, 1, 1, 1.0f, nullptr, 1, nullptr, 1, 0.0f, nullptr, 1);
+    FAIL() << "cuBLAS ran without a GPU";
+  } catch (const CudaError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cublasCreate"), std::string::npos) << what;
+    EXPECT_EQ(what.find("dlopen"), std::string::npos) << what;
+    EXPECT_EQ(what.find("dlsym"), std::string::npos) << what;
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace dtl::nn
