@@ -4,6 +4,7 @@
 #include "harness/nn/cuda_ops.h"
 
 #include <cublas_v2.h>
+#include <dlfcn.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -23,9 +24,53 @@ int blocks_for(std::int64_t count) {
   return static_cast<int>(b < 65535 ? b : 65535);  // grid-stride loops cover the rest
 }
 
+// Note [cuBLAS loaded on first use]
+// Every lab binary links dtl::nn, and most of them never touch a GPU. Linking
+// libcublas made each of those processes map and relocate cuBLAS and cuBLASLt
+// at start: about 210 MB more resident memory and 0.3 s per process (measured
+// 2026-11-27 on the CI machine), times 4 to 6 ranks per test. So cuBLAS is
+// opened with dlopen the first time a GEMM runs on the GPU, and the five
+// functions used here are looked up by name; a process that never runs a GPU
+// GEMM never loads it. The library is found like any other (LD_LIBRARY_PATH,
+// the binary's run path), then in the toolkit this was built with.
+struct Cublas {
+  decltype(&cublasCreate) create;
+  decltype(&cublasSetStream) set_stream;
+  decltype(&cublasSgemm) sgemm;
+  decltype(&cublasSgemmStridedBatched) sgemm_strided_batched;
+  decltype(&cublasGetStatusString) status_string;
+};
+
+template <typename F>
+F symbol(void* lib, const char* name) {
+  void* f = dlsym(lib, name);
+  if (f == nullptr) {
+    ::dtl::detail::throw_cuda_error(-1, "dlsym", dlerror(), name, __FILE__, __LINE__);
+  }
+  return reinterpret_cast<F>(f);
+}
+
+const Cublas& cublas() {
+  static const Cublas api = [] {
+    const std::string soname = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) lib = dlopen((std::string(DTL_CUBLAS_DIR) + "/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      ::dtl::detail::throw_cuda_error(-1, "dlopen", dlerror(), soname.c_str(), __FILE__, __LINE__);
+    }
+    // The names behind cublas_v2.h's macros (cublasCreate is cublasCreate_v2, ...).
+    return Cublas{symbol<decltype(&cublasCreate)>(lib, "cublasCreate_v2"),
+                  symbol<decltype(&cublasSetStream)>(lib, "cublasSetStream_v2"),
+                  symbol<decltype(&cublasSgemm)>(lib, "cublasSgemm_v2"),
+                  symbol<decltype(&cublasSgemmStridedBatched)>(lib, "cublasSgemmStridedBatched"),
+                  symbol<decltype(&cublasGetStatusString)>(lib, "cublasGetStatusString")};
+  }();
+  return api;
+}
+
 void cublas_check(cublasStatus_t status, const char* expr) {
   if (status != CUBLAS_STATUS_SUCCESS) {
-    ::dtl::detail::throw_cuda_error(static_cast<int>(status), "cublasStatus_t", cublasGetStatusString(status), expr,
+    ::dtl::detail::throw_cuda_error(static_cast<int>(status), "cublasStatus_t", cublas().status_string(status), expr,
                                     __FILE__, __LINE__);
   }
 }
@@ -34,7 +79,7 @@ void cublas_check(cublasStatus_t status, const char* expr) {
 cublasHandle_t handle() {
   thread_local cublasHandle_t h = [] {
     cublasHandle_t created = nullptr;
-    cublas_check(cublasCreate(&created), "cublasCreate");
+    cublas_check(cublas().create(&created), "cublasCreate");
     return created;
   }();
   return h;
@@ -104,13 +149,28 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
           std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc,
           cudaStream_t stream) {
   if (m == 0 || n == 0) return;
-  cublas_check(cublasSetStream(handle(), stream), "cublasSetStream");
+  cublas_check(cublas().set_stream(handle(), stream), "cublasSetStream");
   // cuBLAS is column-major. A row-major (m, n) C is a column-major (n, m) C^T,
   // and C^T = op(B)^T op(A)^T: swap the operands, keep each one's transpose flag.
-  cublas_check(cublasSgemm(handle(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+  cublas_check(cublas().sgemm(handle(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                            static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b,
                            static_cast<int>(ldb), a, static_cast<int>(lda), &beta, c, static_cast<int>(ldc)),
                "cublasSgemm");
+}
+
+void gemm_strided_batched(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                          const float* a, std::int64_t lda, std::int64_t stride_a, const float* b, std::int64_t ldb,
+                          std::int64_t stride_b, float beta, float* c, std::int64_t ldc, std::int64_t stride_c,
+                          std::int64_t batch, cudaStream_t stream) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  cublas_check(cublas().set_stream(handle(), stream), "cublasSetStream");
+  // The same operand swap as gemm() above, batch by batch.
+  cublas_check(cublas().sgemm_strided_batched(handle(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                         trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                                         static_cast<int>(k), &alpha, b, static_cast<int>(ldb), stride_b, a,
+                                         static_cast<int>(lda), stride_a, &beta, c, static_cast<int>(ldc), stride_c,
+                                         static_cast<int>(batch)),
+               "cublasSgemmStridedBatched");
 }
 
 void add_bias(float* y, const float* bias, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {

@@ -8,7 +8,8 @@
 /// layers in layers.h are the reference each kernel is tested against
 /// (tests/nn_gpu_test.cc, skipped without a GPU).
 ///
-/// Built only where nvcc is found (DTL_HAVE_CUDA); target dtl::nn_cuda.
+/// Built only where nvcc is found (DTL_HAVE_CUDA), into dtl::nn (dtl::nn_cuda is an alias).
+/// The layers' own GPU kernels are in kernels/ (see kernels/kernels.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -36,6 +37,35 @@ namespace dtl::nn::cuda {
 void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
           std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc,
           cudaStream_t stream = nullptr);
+
+/// @brief `batch` row-major GEMMs at once: C_i = alpha op(A_i) op(B_i) + beta C_i, where
+/// X_i starts `stride_x` elements after X_{i-1} (cublasSgemmStridedBatched).
+///
+/// One call for all heads of attention: the (B, NH) matrices of q, k, v lie one
+/// after another, so one launch does all B*NH products. Shapes as for gemm().
+/// @param[in] trans_a use each A transposed.
+/// @param[in] trans_b use each B transposed.
+/// @param[in] m rows of each C.
+/// @param[in] n columns of each C.
+/// @param[in] k the shared dimension.
+/// @param[in] alpha scale of the products.
+/// @param[in] a device pointer to A_0.
+/// @param[in] lda each A's row stride.
+/// @param[in] stride_a elements from A_i to A_{i+1}.
+/// @param[in] b device pointer to B_0.
+/// @param[in] ldb each B's row stride.
+/// @param[in] stride_b elements from B_i to B_{i+1}.
+/// @param[in] beta scale of the old C.
+/// @param[in,out] c device pointer to C_0.
+/// @param[in] ldc each C's row stride.
+/// @param[in] stride_c elements from C_i to C_{i+1} (the C_i must not overlap).
+/// @param[in] batch how many products.
+/// @param[in] stream the stream to run on.
+/// @throws dtl::CudaError if cuBLAS fails.
+void gemm_strided_batched(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                          const float* a, std::int64_t lda, std::int64_t stride_a, const float* b, std::int64_t ldb,
+                          std::int64_t stride_b, float beta, float* c, std::int64_t ldc, std::int64_t stride_c,
+                          std::int64_t batch, cudaStream_t stream = nullptr);
 
 /// @brief y (rows, cols) += bias (cols), broadcast over rows.
 /// @param[in,out] y device pointer.

@@ -1,7 +1,10 @@
 // Linear, ReLU and GELU: forward and backward.
-// Written out as loops over raw pointers (llm.c style). Each kernel is a
+// Written out as loops over raw pointers (llm.c style). Each CPU kernel is a
 // template over the element type T (float for training, double for the
-// gradient checks); the layer methods check shapes and dispatch on the dtype.
+// gradient checks) whose first argument is the tag OnCpu; the CUDA kernels of
+// the same names take OnCuda (kernels/kernels.h). The layer methods check
+// shapes and call dispatch(), which picks one by device and dtype (Note [One
+// dispatch point] in layer_util.h).
 #include "harness/nn/dense.h"
 
 #include <cmath>
@@ -25,7 +28,7 @@ namespace {
 // first, row by row, and the GEMM accumulates onto it (beta = 1): one pass
 // over y instead of a second loop after the GEMM.
 template <typename T>
-void linear_forward(T* y, const T* x, const T* w, const T* b, std::int64_t n, std::int64_t in, std::int64_t out) {
+void linear_forward(OnCpu, T* y, const T* x, const T* w, const T* b, std::int64_t n, std::int64_t in, std::int64_t out) {
   if (b != nullptr) {
     for (std::int64_t i = 0; i < n; ++i) std::memcpy(y + i * out, b, static_cast<std::size_t>(out) * sizeof(T));
   }
@@ -35,18 +38,18 @@ void linear_forward(T* y, const T* x, const T* w, const T* b, std::int64_t n, st
 // db (out) += sum_n dy (N, out). __restrict__: db and dy never overlap, which
 // lets the compiler vectorize the inner loop.
 template <typename T>
-void linear_backward_bias(T* __restrict__ db, const T* __restrict__ dy, std::int64_t n, std::int64_t out) {
+void linear_backward_bias(OnCpu, T* __restrict__ db, const T* __restrict__ dy, std::int64_t n, std::int64_t out) {
   for (std::int64_t i = 0; i < n; ++i)
     for (std::int64_t o = 0; o < out; ++o) db[o] += dy[i * out + o];
 }
 
 // dW (out, in) += dy^T (out, N) x (N, in);  dx (N, in) = dy (N, out) W (out, in).
 template <typename T>
-void linear_backward_weight(T* dw, const T* dy, const T* x, std::int64_t n, std::int64_t in, std::int64_t out) {
+void linear_backward_weight(OnCpu, T* dw, const T* dy, const T* x, std::int64_t n, std::int64_t in, std::int64_t out) {
   gemm(true, false, out, in, n, T(1), dy, out, x, in, T(1), dw, in);
 }
 template <typename T>
-void linear_backward_input(T* dx, const T* dy, const T* w, std::int64_t n, std::int64_t in, std::int64_t out) {
+void linear_backward_input(OnCpu, T* dx, const T* dy, const T* w, std::int64_t n, std::int64_t in, std::int64_t out) {
   gemm(false, false, n, in, out, T(1), dy, out, w, in, T(0), dx, in);
 }
 
@@ -63,6 +66,23 @@ T gelu_grad(T x) {
   const T u = s * (x + T(0.044715) * x * x * x);
   const T th = std::tanh(u);
   return T(0.5) * (T(1) + th) + T(0.5) * x * (T(1) - th * th) * s * (T(1) + T(3) * T(0.044715) * x * x);
+}
+
+template <typename T>
+void relu_forward(OnCpu, T* y, const T* x, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
+}
+template <typename T>
+void relu_backward(OnCpu, T* dx, const T* x, const T* dy, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i) dx[i] = x[i] > T(0) ? dy[i] : T(0);
+}
+template <typename T>
+void gelu_forward(OnCpu, T* y, const T* x, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i) y[i] = gelu(x[i]);
+}
+template <typename T>
+void gelu_backward(OnCpu, T* dx, const T* x, const T* dy, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i) dx[i] = gelu_grad(x[i]) * dy[i];
 }
 
 }  // namespace
@@ -99,33 +119,37 @@ const Tensor& Linear::forward(const Tensor& x) {
   require_input(x, weight_.value.dtype(), in_, name_, "x");
   Cache& cache = caches_.at(slot_);
   cache.x = x;  // a handle: backward needs x for dW
-  ensure(cache.y, output_shape(x.shape()), x.dtype());
+  ensure(cache.y, output_shape(x.shape()), x.dtype(), x.device());
   const std::int64_t n = x.numel() / in_;
-  dispatch_float(x.dtype(), "Linear::forward", [&](auto zero) {
-    using T = decltype(zero);
-    linear_forward<T>(cache.y.data<T>(), x.data<T>(), weight_.value.data<T>(),
-                      has_bias_ ? bias_.value.data<T>() : nullptr, n, in_, out_);
-  });
+  dispatch("Linear::forward", {{"x", x}, {"weight", weight_.value}, {"bias", bias_.value}}, x.dtype(),
+           [&](auto on, auto zero) {
+             using T = decltype(zero);
+             linear_forward(on, cache.y.data<T>(), x.data<T>(), weight_.value.data<T>(),
+                            has_bias_ ? bias_.value.data<T>() : nullptr, n, in_, out_);
+           });
   return cache.y;
 }
 
 const Tensor& Linear::backward(const Tensor& dy, const GradReadyFn& grad_ready) {
   Cache& cache = caches_.at(slot_);
   require_grad(dy, cache.y, name_);
-  ensure(cache.dx, cache.x.shape(), dy.dtype());
+  ensure(cache.dx, cache.x.shape(), dy.dtype(), dy.device());
   const std::int64_t n = dy.numel() / out_;
-  dispatch_float(dy.dtype(), "Linear::backward", [&](auto zero) {
-    using T = decltype(zero);
-    // The bias and weight gradients are final before dx is computed: announce
-    // them at once, so a bucket can start its allreduce while dx is computed.
-    if (has_bias_) {
-      linear_backward_bias<T>(bias_.grad.data<T>(), dy.data<T>(), n, out_);
-      notify(grad_ready, bias_);
-    }
-    linear_backward_weight<T>(weight_.grad.data<T>(), dy.data<T>(), cache.x.data<T>(), n, in_, out_);
-    notify(grad_ready, weight_);
-    linear_backward_input<T>(cache.dx.data<T>(), dy.data<T>(), weight_.value.data<T>(), n, in_, out_);
-  });
+  dispatch("Linear::backward", {{"dy", dy}, {"weight", weight_.value}, {"weight.grad", weight_.grad}}, dy.dtype(),
+           [&](auto on, auto zero) {
+             using T = decltype(zero);
+             // The bias and weight gradients are final before dx is computed: announce
+             // them at once, so a bucket can start its allreduce while dx is computed.
+             // (On the GPU "final" means queued on the compute stream: see Note
+             // [The compute stream] in compute_stream.h.)
+             if (has_bias_) {
+               linear_backward_bias(on, bias_.grad.data<T>(), dy.data<T>(), n, out_);
+               notify(grad_ready, bias_);
+             }
+             linear_backward_weight(on, weight_.grad.data<T>(), dy.data<T>(), cache.x.data<T>(), n, in_, out_);
+             notify(grad_ready, weight_);
+             linear_backward_input(on, cache.dx.data<T>(), dy.data<T>(), weight_.value.data<T>(), n, in_, out_);
+           });
   return cache.dx;
 }
 
@@ -137,12 +161,10 @@ const Tensor& ReLU::forward(const Tensor& x) {
   require_input(x, x.dtype(), -1, name_, "x");
   Cache& cache = caches_.at(slot_);
   cache.x = x;
-  ensure(cache.y, x.shape(), x.dtype());
-  dispatch_float(x.dtype(), "ReLU::forward", [&](auto zero) {
+  ensure(cache.y, x.shape(), x.dtype(), x.device());
+  dispatch("ReLU::forward", {{"x", x}}, x.dtype(), [&](auto on, auto zero) {
     using T = decltype(zero);
-    const T* in = x.data<T>();
-    T* out = cache.y.data<T>();
-    for (std::int64_t i = 0; i < x.numel(); ++i) out[i] = in[i] > T(0) ? in[i] : T(0);
+    relu_forward(on, cache.y.data<T>(), x.data<T>(), x.numel());
   });
   return cache.y;
 }
@@ -150,13 +172,10 @@ const Tensor& ReLU::forward(const Tensor& x) {
 const Tensor& ReLU::backward(const Tensor& dy, const GradReadyFn& /*grad_ready*/) {
   Cache& cache = caches_.at(slot_);
   require_grad(dy, cache.y, name_);
-  ensure(cache.dx, dy.shape(), dy.dtype());
-  dispatch_float(dy.dtype(), "ReLU::backward", [&](auto zero) {
+  ensure(cache.dx, dy.shape(), dy.dtype(), dy.device());
+  dispatch("ReLU::backward", {{"dy", dy}, {"x", cache.x}}, dy.dtype(), [&](auto on, auto zero) {
     using T = decltype(zero);
-    const T* x = cache.x.data<T>();
-    const T* g = dy.data<T>();
-    T* dx = cache.dx.data<T>();
-    for (std::int64_t i = 0; i < dy.numel(); ++i) dx[i] = x[i] > T(0) ? g[i] : T(0);
+    relu_backward(on, cache.dx.data<T>(), cache.x.data<T>(), dy.data<T>(), dy.numel());
   });
   return cache.dx;
 }
@@ -165,12 +184,10 @@ const Tensor& GELU::forward(const Tensor& x) {
   require_input(x, x.dtype(), -1, name_, "x");
   Cache& cache = caches_.at(slot_);
   cache.x = x;
-  ensure(cache.y, x.shape(), x.dtype());
-  dispatch_float(x.dtype(), "GELU::forward", [&](auto zero) {
+  ensure(cache.y, x.shape(), x.dtype(), x.device());
+  dispatch("GELU::forward", {{"x", x}}, x.dtype(), [&](auto on, auto zero) {
     using T = decltype(zero);
-    const T* in = x.data<T>();
-    T* out = cache.y.data<T>();
-    for (std::int64_t i = 0; i < x.numel(); ++i) out[i] = gelu(in[i]);
+    gelu_forward(on, cache.y.data<T>(), x.data<T>(), x.numel());
   });
   return cache.y;
 }
@@ -178,13 +195,10 @@ const Tensor& GELU::forward(const Tensor& x) {
 const Tensor& GELU::backward(const Tensor& dy, const GradReadyFn& /*grad_ready*/) {
   Cache& cache = caches_.at(slot_);
   require_grad(dy, cache.y, name_);
-  ensure(cache.dx, dy.shape(), dy.dtype());
-  dispatch_float(dy.dtype(), "GELU::backward", [&](auto zero) {
+  ensure(cache.dx, dy.shape(), dy.dtype(), dy.device());
+  dispatch("GELU::backward", {{"dy", dy}, {"x", cache.x}}, dy.dtype(), [&](auto on, auto zero) {
     using T = decltype(zero);
-    const T* x = cache.x.data<T>();
-    const T* g = dy.data<T>();
-    T* dx = cache.dx.data<T>();
-    for (std::int64_t i = 0; i < dy.numel(); ++i) dx[i] = gelu_grad(x[i]) * g[i];
+    gelu_backward(on, cache.dx.data<T>(), cache.x.data<T>(), dy.data<T>(), dy.numel());
   });
   return cache.dx;
 }

@@ -5,7 +5,18 @@
 
 namespace dtl::nn {
 
-using namespace detail;  // dispatch_float, require_grad, ensure
+using namespace detail;  // dispatch, require_grad, ensure
+
+namespace {
+
+// y = a + b over `count` elements: the residual sum, forward (x + f(x)) and
+// backward (dy + f's dx). The CUDA kernel of the same name takes OnCuda.
+template <typename T>
+void add(OnCpu, T* y, const T* a, const T* b, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i) y[i] = a[i] + b[i];
+}
+
+}  // namespace
 
 // ---------------------------------------------------------------------------
 // Sequential and Residual
@@ -66,13 +77,10 @@ Shape Residual::output_shape(const Shape& input) const {
 const Tensor& Residual::forward(const Tensor& x) {
   const Tensor& fx = inner_->forward(x);
   Cache& cache = caches_.at(slot_);
-  ensure(cache.y, x.shape(), x.dtype());
-  dispatch_float(x.dtype(), "Residual::forward", [&](auto zero) {
+  ensure(cache.y, x.shape(), x.dtype(), x.device());
+  dispatch("Residual::forward", {{"x", x}, {"f(x)", fx}}, x.dtype(), [&](auto on, auto zero) {
     using T = decltype(zero);
-    const T* a = x.data<T>();
-    const T* b = fx.data<T>();
-    T* y = cache.y.data<T>();
-    for (std::int64_t i = 0; i < x.numel(); ++i) y[i] = a[i] + b[i];
+    add(on, cache.y.data<T>(), x.data<T>(), fx.data<T>(), x.numel());
   });
   return cache.y;
 }
@@ -81,13 +89,10 @@ const Tensor& Residual::backward(const Tensor& dy, const GradReadyFn& grad_ready
   Cache& cache = caches_.at(slot_);
   require_grad(dy, cache.y, name_);
   const Tensor& dinner = inner_->backward(dy, grad_ready);
-  ensure(cache.dx, dy.shape(), dy.dtype());
-  dispatch_float(dy.dtype(), "Residual::backward", [&](auto zero) {
+  ensure(cache.dx, dy.shape(), dy.dtype(), dy.device());
+  dispatch("Residual::backward", {{"dy", dy}, {"f's dx", dinner}}, dy.dtype(), [&](auto on, auto zero) {
     using T = decltype(zero);
-    const T* a = dy.data<T>();
-    const T* b = dinner.data<T>();
-    T* dx = cache.dx.data<T>();
-    for (std::int64_t i = 0; i < dy.numel(); ++i) dx[i] = a[i] + b[i];  // both paths reach x
+    add(on, cache.dx.data<T>(), dy.data<T>(), dinner.data<T>(), dy.numel());  // both paths reach x
   });
   return cache.dx;
 }

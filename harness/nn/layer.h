@@ -16,7 +16,11 @@
 ///     works on the last dimension accepts any leading dimensions.
 ///   - dtype: the layer computes in its parameters' dtype, f32 (training) or f64
 ///     (gradient checks); x must have that dtype (token ids are i32).
-///   - device: CPU. (The CUDA kernels in cuda_ops.h are building blocks, not wired in.)
+///   - device: an op runs where its tensors are. After Model::to(Device::kCuda) (or
+///     with a layer's parameters moved there) every layer computes on the GPU, in
+///     f32, on the calling thread's compute stream (compute_stream.h); inputs on
+///     another device than the parameters are refused, naming both. See Note [One
+///     dispatch point] in layer_util.h.
 ///   - forward returns a reference to a tensor the layer owns (charged to
 ///     MemoryCategory::kActivations), valid until the next forward in the same
 ///     activation slot. The layer keeps a *handle* to x, not a copy: do not

@@ -8,12 +8,27 @@ void require_float_dtype(DType dtype, const char* function) {
                   std::string("must be f32 or f64, not ") + dtype_name(dtype));
 }
 
+Device common_device(const char* function, std::initializer_list<OpArg> args) {
+  const OpArg* first = nullptr;
+  for (const OpArg& a : args) {
+    if (!a.tensor.defined()) continue;
+    if (first == nullptr) {
+      first = &a;
+      continue;
+    }
+    const bool same = is_host(a.tensor.device()) == is_host(first->tensor.device());
+    DTL_REQUIRE_ARG(same, function, a.name,
+                    std::string("is on ") + to_string(a.tensor.device()) + " but " + first->name + " is on " +
+                        to_string(first->tensor.device()) + "; an op runs where its tensors are, all on one device");
+  }
+  if (first == nullptr || is_host(first->tensor.device())) return Device::kCpu;
+  return Device::kCuda;
+}
+
 void require_input(const Tensor& x, DType dtype, std::int64_t last, const std::string& layer,
                    const char* argument) {
   const std::string where = layer + ".forward";
   DTL_REQUIRE_ARG(x.defined(), where.c_str(), argument, "is undefined");
-  DTL_REQUIRE_ARG(x.device() == Device::kCpu, where.c_str(), argument,
-                  "is on the GPU; the layers compute on the CPU");
   DTL_REQUIRE_ARG(x.dtype() == dtype, where.c_str(), argument,
                   std::string("is ") + dtype_name(x.dtype()) + ", the layer's parameters are " + dtype_name(dtype));
   DTL_REQUIRE_ARG(x.ndim() >= 1 && (last < 0 || x.dim(-1) == last), where.c_str(), argument,
@@ -28,10 +43,13 @@ void require_grad(const Tensor& dy, const Tensor& y, const std::string& layer) {
                       "; the output was " + to_string(y.shape()));
 }
 
-void ensure(Tensor& t, const Shape& shape, DType dtype) {
-  if (!t.defined() || t.shape() != shape || t.dtype() != dtype) {
+void ensure(Tensor& t, const Shape& shape, DType dtype, Device device) {
+  // Host ops write host activations to ordinary memory, whatever host memory
+  // their input came from (pinned memory is for copies, not for compute).
+  const Device where = is_host(device) ? Device::kCpu : device;
+  if (!t.defined() || t.shape() != shape || t.dtype() != dtype || t.device() != where) {
     t = Tensor();  // free the old buffer first, so the peak never holds both
-    t = Tensor::zeros(shape, dtype, MemoryCategory::kActivations);
+    t = Tensor::zeros(shape, dtype, MemoryCategory::kActivations, where);
   }
 }
 

@@ -6,9 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "harness/error.h"
+#include "harness/nn/kernels/kernels.h"
 #include "harness/nn/layer.h"
 #include "harness/random.h"
 #include "harness/nn/tensor.h"
@@ -32,13 +34,60 @@ void dispatch_float(DType dtype, const char* function, F&& f) {
   }
 }
 
+/// @brief A tensor an op reads or writes, with its name for the error messages.
+struct OpArg {
+  const char* name;  ///< e.g. "x", "weight"
+  const Tensor& tensor;  ///< undefined tensors (a missing bias) are skipped
+};
+
+/// @brief The device all of an op's defined tensors live on.
+/// @param[in] function named in the error.
+/// @param[in] args the op's tensors.
+/// @return their common device (kCpu if none is defined; pinned host memory counts as the CPU).
+/// @throws dtl::InvalidArgument naming both tensors and both devices if two differ.
+Device common_device(const char* function, std::initializer_list<OpArg> args);
+
+/// Note [One dispatch point]
+/// Every op of every layer is written once, as a generic lambda that calls the
+/// op's kernel with a tag first: `linear_forward(on, y, x, ...)`. dispatch()
+/// looks at where the tensors are and what dtype they hold, and calls the
+/// lambda with
+///   - (OnCpu{}, float{}) or (OnCpu{}, double{}) for host tensors: the kernel is
+///     the layer's own loop, unchanged (a template over T in its .cc file);
+///   - (OnCuda{compute_stream()}, float{}) for GPU tensors: the kernel is the
+///     overload declared in kernels/kernels.h, defined in kernels/*.cu.
+/// Overload resolution on the tag picks the kernel at compile time, so no layer
+/// holds an `if (cuda)`; the device is decided here, once per op, and an op
+/// whose tensors live on two devices is refused with both names.
+/// f64 on the GPU is refused too: f64 is the gradient checks' dtype.
+///
+/// @param[in] function named in the errors, e.g. "Linear::forward".
+/// @param[in] args every tensor the op touches (device check).
+/// @param[in] dtype the element type (DType::kF32 or DType::kF64; f32 only on the GPU).
+/// @param[in] f called once as f(tag, T{}).
+/// @throws dtl::InvalidArgument on mixed devices or an unsupported dtype.
+template <typename F>
+void dispatch(const char* function, std::initializer_list<OpArg> args, DType dtype, F&& f) {
+  if (common_device(function, args) == Device::kCuda) {
+#ifdef DTL_HAVE_CUDA
+    DTL_REQUIRE_ARG(dtype == DType::kF32, function, "dtype",
+                    std::string("is ") + dtype_name(dtype) + "; on the GPU the layers compute in f32 only");
+    f(OnCuda{compute_stream()}, float{});
+    return;
+#else
+    throw_invalid_argument(function, "tensors", "are on cuda, but this build has no CUDA");
+#endif
+  }
+  dispatch_float(dtype, function, [&](auto zero) { f(OnCpu{}, zero); });
+}
+
 /// @brief Refuses a parameter dtype the layers cannot compute in.
 /// @param[in] dtype must be DType::kF32 or DType::kF64.
 /// @param[in] function named in the error.
 /// @throws dtl::InvalidArgument otherwise.
 void require_float_dtype(DType dtype, const char* function);
 
-/// @brief x must be defined, on the CPU, have `dtype`, at least one dimension,
+/// @brief x must be defined, have `dtype`, at least one dimension,
 /// and last dimension `last` (any when last < 0).
 /// @param[in] x the forward input.
 /// @param[in] dtype the layer's dtype.
@@ -64,7 +113,9 @@ void require_grad(const Tensor& dy, const Tensor& y, const std::string& layer);
 /// @param[in,out] t the buffer.
 /// @param[in] shape its shape.
 /// @param[in] dtype its dtype.
-void ensure(Tensor& t, const Shape& shape, DType dtype);
+/// @param[in] device the op's device: a layer's output lives on the GPU when its input does,
+///            and in ordinary host memory (kCpu) otherwise.
+void ensure(Tensor& t, const Shape& shape, DType dtype, Device device = Device::kCpu);
 
 /// @brief Calls grad_ready(p) if there is a callback.
 /// @param[in] grad_ready the callback, possibly empty.

@@ -68,6 +68,15 @@ std::int64_t Model::parameter_count() const {
   return n;
 }
 
+void Model::to(Device device) {
+  DTL_REQUIRE_ARG(!flat_values_.defined() && !flat_grads_.defined(), "Model::to", "this",
+                  "was flattened; move the model first, then flatten it on its device");
+  for (Parameter* p : parameters()) {
+    if (p->value.device() != device) p->value = p->value.to(device);
+    if (p->grad.device() != device) p->grad = p->grad.to(device);
+  }
+}
+
 void Model::zero_grad() const {
   for (const Parameter* p : parameters()) p->zero_grad();
 }
@@ -184,15 +193,16 @@ Tensor flatten(std::span<Parameter* const> params, std::int64_t pad_multiple, Me
   DTL_REQUIRE_ARG(pad_multiple >= 1, function, "pad_multiple", "must be at least 1, not " + std::to_string(pad_multiple));
   DTL_REQUIRE_ARG(!params.empty(), function, "params", "is empty");
   const DType dtype = (params[0]->*member).dtype();
+  const Device device = (params[0]->*member).device();  // the flat buffer lives where the parameters do
   std::int64_t count = 0;
   for (const Parameter* p : params) {
     const Tensor& t = p->*member;
-    DTL_REQUIRE_ARG(t.defined() && t.dtype() == dtype && t.device() == Device::kCpu, function, "params",
+    DTL_REQUIRE_ARG(t.defined() && t.dtype() == dtype && t.device() == device, function, "params",
                     "mixes dtypes or devices (" + p->name + ")");
     count += t.numel();
   }
   const std::int64_t padded = (count + pad_multiple - 1) / pad_multiple * pad_multiple;
-  Tensor flat = Tensor::zeros({padded}, dtype, category);
+  Tensor flat = Tensor::zeros({padded}, dtype, category, device);
   std::int64_t offset = 0;
   for (Parameter* p : params) {
     Tensor& t = p->*member;

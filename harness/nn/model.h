@@ -114,6 +114,17 @@ class Model {
   /// @brief Sets every gradient to zero.
   void zero_grad() const;
 
+  /// @brief Moves every parameter (value and grad) to `device`; the layers then compute there.
+  ///
+  /// Each tensor is copied into new storage on `device`, charged to the same
+  /// category on that device's tracker, and the old storage is freed. After
+  /// `model.to(Device::kCuda)` the model takes device inputs (floats, or i32
+  /// tokens) and gives device outputs; see Note [One dispatch point] in
+  /// layer_util.h. Flatten after moving: flat buffers live where the parameters do.
+  /// @param[in] device where the parameters go (kCpu to bring them back).
+  /// @throws dtl::InvalidArgument if the model was flattened.
+  void to(Device device);
+
   /// @brief Moves every parameter value into one flat buffer (see dtl::nn::flatten_values()).
   /// @param[in] pad_multiple the flat length is rounded up to a multiple of this (zeros).
   /// @return the flat buffer, (count rounded up).

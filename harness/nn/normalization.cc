@@ -1,7 +1,8 @@
 // LayerNorm: forward and backward.
-// Written out as loops over raw pointers (llm.c style). Each kernel is a
+// Written out as loops over raw pointers (llm.c style). Each CPU kernel is a
 // template over the element type T (float for training, double for the
-// gradient checks); the layer methods check shapes and dispatch on the dtype.
+// gradient checks) tagged OnCpu; kernels/layernorm.cu holds the OnCuda one.
+// See Note [One dispatch point] in layer_util.h.
 #include "harness/nn/normalization.h"
 
 #include <cmath>
@@ -20,7 +21,7 @@ namespace {
 
 // y, mean, rstd from x (N, C) with weight w (C), bias b (C).
 template <typename T>
-void layernorm_forward(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, std::int64_t n,
+void layernorm_forward(OnCpu, T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, std::int64_t n,
                        std::int64_t c) {
   for (std::int64_t i = 0; i < n; ++i) {
     const T* xi = x + i * c;
@@ -40,7 +41,7 @@ void layernorm_forward(T* y, T* mean, T* rstd, const T* x, const T* w, const T* 
 // dx (N, C) = rstd (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dy * w;
 // dw (C) += sum_n dy * norm; db (C) += sum_n dy.
 template <typename T>
-void layernorm_backward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean,
+void layernorm_backward(OnCpu, T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean,
                         const T* rstd, std::int64_t n, std::int64_t c) {
   for (std::int64_t i = 0; i < n; ++i) {
     const T* dyi = dy + i * c;
@@ -90,13 +91,13 @@ const Tensor& LayerNorm::forward(const Tensor& x) {
   Cache& cache = caches_.at(slot_);
   const std::int64_t n = x.numel() / channels_;
   cache.x = x;
-  ensure(cache.y, x.shape(), x.dtype());
-  ensure(cache.mean, {n}, x.dtype());
-  ensure(cache.rstd, {n}, x.dtype());
-  dispatch_float(x.dtype(), "LayerNorm::forward", [&](auto zero) {
+  ensure(cache.y, x.shape(), x.dtype(), x.device());
+  ensure(cache.mean, {n}, x.dtype(), x.device());
+  ensure(cache.rstd, {n}, x.dtype(), x.device());
+  dispatch("LayerNorm::forward", {{"x", x}, {"weight", weight_.value}}, x.dtype(), [&](auto on, auto zero) {
     using T = decltype(zero);
-    layernorm_forward<T>(cache.y.data<T>(), cache.mean.data<T>(), cache.rstd.data<T>(), x.data<T>(),
-                         weight_.value.data<T>(), bias_.value.data<T>(), n, channels_);
+    layernorm_forward(on, cache.y.data<T>(), cache.mean.data<T>(), cache.rstd.data<T>(), x.data<T>(),
+                      weight_.value.data<T>(), bias_.value.data<T>(), n, channels_);
   });
   return cache.y;
 }
@@ -104,13 +105,13 @@ const Tensor& LayerNorm::forward(const Tensor& x) {
 const Tensor& LayerNorm::backward(const Tensor& dy, const GradReadyFn& grad_ready) {
   Cache& cache = caches_.at(slot_);
   require_grad(dy, cache.y, name_);
-  ensure(cache.dx, dy.shape(), dy.dtype());
+  ensure(cache.dx, dy.shape(), dy.dtype(), dy.device());
   const std::int64_t n = dy.numel() / channels_;
-  dispatch_float(dy.dtype(), "LayerNorm::backward", [&](auto zero) {
+  dispatch("LayerNorm::backward", {{"dy", dy}, {"weight.grad", weight_.grad}}, dy.dtype(), [&](auto on, auto zero) {
     using T = decltype(zero);
-    layernorm_backward<T>(cache.dx.data<T>(), weight_.grad.data<T>(), bias_.grad.data<T>(), dy.data<T>(),
-                          cache.x.data<T>(), weight_.value.data<T>(), cache.mean.data<T>(),
-                          cache.rstd.data<T>(), n, channels_);
+    layernorm_backward(on, cache.dx.data<T>(), weight_.grad.data<T>(), bias_.grad.data<T>(), dy.data<T>(),
+                       cache.x.data<T>(), weight_.value.data<T>(), cache.mean.data<T>(), cache.rstd.data<T>(), n,
+                       channels_);
   });
   notify(grad_ready, bias_);
   notify(grad_ready, weight_);

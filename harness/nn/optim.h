@@ -20,6 +20,10 @@
 
 namespace dtl::nn {
 
+namespace kernels {
+struct AdamWStep;  // kernels/optim_math.cuh: the constants of one step
+}  // namespace kernels
+
 /// @brief SGD hyper-parameters (PyTorch's semantics; no dampening, no Nesterov).
 struct SgdOptions {
   float lr = 0.01f;            ///< learning rate
@@ -35,15 +39,22 @@ class Sgd {
   /// @param[in] options the hyper-parameters.
   /// @param[in] count elements it will update (the slice length).
   /// @param[in] device where the state lives: host memory (kCpu, or kPinnedHost for
-  ///            lab 06's CPU offload); the step runs on the CPU.
-  /// @throws dtl::InvalidArgument if count < 0, lr, momentum or weight_decay is negative,
-  ///         or device is not host memory.
+  ///            lab 06's CPU offload), stepped by step(span, span) or step(Tensor, Tensor)
+  ///            on host tensors; or kCuda, stepped on the GPU by step(Tensor, Tensor).
+  /// @throws dtl::InvalidArgument if count < 0, lr, momentum or weight_decay is negative.
   Sgd(SgdOptions options, std::int64_t count, Device device = Device::kCpu);
   /// @brief One step over the slice.
   /// @param[in,out] params the parameter slice, `count` floats.
   /// @param[in] grads the gradient slice, `count` floats.
-  /// @throws dtl::InvalidArgument if either size differs from `count`.
+  /// @throws dtl::InvalidArgument if either size differs from `count`, or the state is on the GPU.
   void step(std::span<float> params, std::span<const float> grads);
+  /// @brief One step over a slice given as tensors (e.g. `flat.view(r * S, {S})`), run where
+  /// they live: on the GPU, one kernel queued on the compute stream (compute_stream.h).
+  /// @param[in,out] params the parameter slice, `count` f32 elements.
+  /// @param[in] grads the gradient slice, `count` f32 elements, on the same device.
+  /// @throws dtl::InvalidArgument on a wrong size or dtype, or if params, grads and the
+  ///         state are not all on one device.
+  void step(const Tensor& params, const Tensor& grads);
   /// @brief The hyper-parameters (lr may be changed between steps, e.g. a schedule).
   /// @return the options.
   SgdOptions& options() noexcept { return options_; }
@@ -75,15 +86,21 @@ class AdamW {
   /// @param[in] options the hyper-parameters.
   /// @param[in] count elements it will update.
   /// @param[in] device where m and v live: host memory (kCpu, or kPinnedHost for
-  ///            lab 06's CPU offload); the step runs on the CPU.
-  /// @throws dtl::InvalidArgument if count < 0, a hyper-parameter is out of range, or
-  ///         device is not host memory.
+  ///            lab 06's CPU offload), stepped by step(span, span) or step(Tensor, Tensor)
+  ///            on host tensors; or kCuda, stepped on the GPU by step(Tensor, Tensor).
+  /// @throws dtl::InvalidArgument if count < 0 or a hyper-parameter is out of range.
   AdamW(AdamWOptions options, std::int64_t count, Device device = Device::kCpu);
   /// @brief One step over the slice (t advances by one).
   /// @param[in,out] params the parameter slice, `count` floats.
   /// @param[in] grads the gradient slice, `count` floats.
-  /// @throws dtl::InvalidArgument if either size differs from `count`.
+  /// @throws dtl::InvalidArgument if either size differs from `count`, or the state is on the GPU.
   void step(std::span<float> params, std::span<const float> grads);
+  /// @brief One step over a slice given as tensors, run where they live (see Sgd::step(Tensor, Tensor)).
+  /// @param[in,out] params the parameter slice, `count` f32 elements.
+  /// @param[in] grads the gradient slice, `count` f32 elements, on the same device.
+  /// @throws dtl::InvalidArgument on a wrong size or dtype, or if params, grads, m and v
+  ///         are not all on one device.
+  void step(const Tensor& params, const Tensor& grads);
   /// @brief The hyper-parameters (lr may be changed between steps).
   /// @return the options.
   AdamWOptions& options() noexcept { return options_; }
@@ -103,6 +120,8 @@ class AdamW {
   const Tensor& v() const noexcept { return v_; }
 
  private:
+  kernels::AdamWStep next_step();  // t += 1; this step's constants
+
   AdamWOptions options_;
   std::int64_t count_;
   std::int64_t t_ = 0;

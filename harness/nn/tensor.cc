@@ -5,6 +5,8 @@
 #include <new>
 
 #include "harness/error.h"
+#include "harness/nn/compute_stream.h"
+#include "harness/nn/kernels/kernels.h"
 
 #ifdef DTL_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -29,6 +31,17 @@ std::string to_string(const Shape& shape) {
   }
   return s + ")";
 }
+
+// ---------------------------------------------------------------------------
+// The compute stream (Note [The compute stream] in compute_stream.h)
+// ---------------------------------------------------------------------------
+
+namespace {
+thread_local CUstream_st* t_compute_stream = nullptr;
+}  // namespace
+
+CUstream_st* compute_stream() noexcept { return t_compute_stream; }
+void set_compute_stream(CUstream_st* stream) noexcept { t_compute_stream = stream; }
 
 // ---------------------------------------------------------------------------
 // Storage
@@ -218,10 +231,16 @@ void Tensor::copy_from(const Tensor& src) const {
     return;
   }
 #ifdef DTL_HAVE_CUDA
-  // Tensors carry no stream; the layers' kernels run on the legacy default stream,
-  // and a copy that has landed is safe for every stream. See Note [Copies beside
-  // non-blocking streams] in harness/cuda/copy.h.
-  dtl::cuda::copy(raw(), src.raw(), n, nullptr);
+  if (device() == Device::kCuda && src.device() == Device::kCuda) {
+    // Device to device: queued on the compute stream like a kernel, no wait
+    // (Note [The compute stream] in compute_stream.h).
+    DTL_CUDA_CHECK(cudaMemcpyAsync(raw(), src.raw(), n, cudaMemcpyDeviceToDevice, compute_stream()));
+    return;
+  }
+  // Host and device: on the compute stream, which produced or will consume the
+  // device side, and waited for, so that the host side may be reused at once.
+  // See Note [Copies beside non-blocking streams] in harness/cuda/copy.h.
+  dtl::cuda::copy(raw(), src.raw(), n, compute_stream());
 #endif
 }
 
@@ -239,7 +258,8 @@ void Tensor::zero() const {
     return;
   }
 #ifdef DTL_HAVE_CUDA
-  dtl::cuda::zero(raw(), static_cast<std::size_t>(bytes()), nullptr);
+  // Queued on the compute stream, no wait: the ops that read it run there too.
+  DTL_CUDA_CHECK(cudaMemsetAsync(raw(), 0, static_cast<std::size_t>(bytes()), compute_stream()));
 #endif
 }
 
@@ -270,11 +290,26 @@ void store(void* base, DType dtype, std::int64_t i, double v) {
 
 }  // namespace
 
+namespace {
+
+// The GPU kernels' name for a 16-bit-or-f32 dtype (kernels.h), or -1.
+int gpu_kind(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 0;
+    case DType::kF16: return 1;
+    case DType::kBF16: return 2;
+    default: return -1;
+  }
+}
+
+}  // namespace
+
 void convert(const Tensor& dst, const Tensor& src) {
   DTL_REQUIRE_ARG(dst.numel() == src.numel(), "convert", "dst",
                   "has " + std::to_string(dst.numel()) + " elements, src " + std::to_string(src.numel()));
-  DTL_REQUIRE_ARG(is_host(dst.device()) && is_host(src.device()), "convert", "dst",
-                  "and src must both be in host memory");
+  DTL_REQUIRE_ARG(is_host(dst.device()) == is_host(src.device()), "convert", "dst",
+                  std::string("is on ") + to_string(dst.device()) + " but src is on " + to_string(src.device()) +
+                      "; convert runs where both are");
   DTL_REQUIRE_ARG(dst.dtype() != DType::kI32, "convert", "dst", "is i32; convert handles float types only");
   DTL_REQUIRE_ARG(src.dtype() != DType::kI32, "convert", "src", "is i32; convert handles float types only");
   if (dst.numel() == 0) return;
@@ -284,6 +319,16 @@ void convert(const Tensor& dst, const Tensor& src) {
   }
   DTL_REQUIRE_ARG(dst.raw() != nullptr, "convert", "dst", "has no memory (released?)");
   DTL_REQUIRE_ARG(src.raw() != nullptr, "convert", "src", "has no memory (released?)");
+  if (dst.device() == Device::kCuda) {  // convert's one dispatch point: kernels/convert.cu
+#ifdef DTL_HAVE_CUDA
+    const bool done = detail::convert_on_gpu(detail::OnCuda{compute_stream()}, dst.raw(), gpu_kind(dst.dtype()),
+                                             src.raw(), gpu_kind(src.dtype()), dst.numel());
+    DTL_REQUIRE_ARG(done, "convert", "dst",
+                    std::string("is ") + dtype_name(dst.dtype()) + " and src " + dtype_name(src.dtype()) +
+                        "; on the GPU convert handles f32, f16 and bf16");
+#endif
+    return;
+  }
   // f64 -> f16/bf16 goes through float first. That double rounding can differ
   // from a direct rounding in rare ties; lab 05 converts from f32, where it is exact.
   for (std::int64_t i = 0; i < src.numel(); ++i) store(dst.raw(), dst.dtype(), i, load(src.raw(), src.dtype(), i));

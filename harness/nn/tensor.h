@@ -205,6 +205,10 @@ class Tensor {
   /// @return the copy (same shape, dtype and device).
   Tensor clone(MemoryCategory category) const;
   /// @brief Copies the elements of `src` into this tensor (host or device, either way).
+  ///
+  /// On the GPU it runs on the compute stream (compute_stream.h): a
+  /// device-to-device copy is queued and returns; a copy to or from the host
+  /// waits for that stream, so the host side is ready (or free) on return.
   /// @param[in] src same dtype and numel (shapes may differ).
   /// @throws dtl::InvalidArgument if dtype or numel differ.
   void copy_from(const Tensor& src) const;
@@ -212,7 +216,7 @@ class Tensor {
   /// @param[in] device the destination.
   /// @return the copy.
   Tensor to(Device device) const;
-  /// @brief Sets every element to zero.
+  /// @brief Sets every element to zero (on the GPU: queued on the compute stream, no wait).
   void zero() const;
 
  private:
@@ -226,14 +230,16 @@ class Tensor {
   DType dtype_ = DType::kF32;
 };
 
-/// @brief Converts elements between float types on the CPU: dst[i] = src[i] rounded to dst's type.
+/// @brief Converts elements between float types: dst[i] = src[i] rounded to dst's type.
 ///
-/// Any pair of f32, f64, f16 and bf16 (lab 05: f32 master weights to f16/bf16
-/// compute copies and back). Narrowing rounds to nearest, ties to even; f16
-/// overflows to infinity. Same dtype is a plain copy.
-/// @param[out] dst the destination, numel() equal to src's.
+/// Any pair of f32, f64, f16 and bf16 on the CPU (lab 05: f32 master weights to
+/// f16/bf16 compute copies and back); any pair of f32, f16 and bf16 on the GPU
+/// (kernels/convert.cu, queued on the compute stream). Narrowing rounds to
+/// nearest, ties to even; f16 overflows to infinity. Same dtype is a plain copy.
+/// @param[out] dst the destination, numel() equal to src's, on src's device.
 /// @param[in] src the source.
-/// @throws dtl::InvalidArgument if the counts differ, a tensor is on the GPU, or a dtype is i32.
+/// @throws dtl::InvalidArgument if the counts differ, the devices differ, a dtype is i32,
+///         or f64 is asked for on the GPU.
 void convert(const Tensor& dst, const Tensor& src);
 
 }  // namespace dtl::nn

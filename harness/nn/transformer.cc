@@ -1,7 +1,8 @@
 // CausalSelfAttention (forward and backward) and the residual blocks.
-// Written out as loops over raw pointers (llm.c style). Each kernel is a
+// Written out as loops over raw pointers (llm.c style). Each CPU kernel is a
 // template over the element type T (float for training, double for the
-// gradient checks); the layer methods check shapes and dispatch on the dtype.
+// gradient checks) tagged OnCpu; kernels/attention.cu holds the OnCuda one.
+// See Note [One dispatch point] in layer_util.h.
 #include "harness/nn/transformer.h"
 
 #include <cmath>
@@ -22,7 +23,7 @@ namespace {
 // Attention core. qkv (B, T, 3C) holds q, k, v side by side; att (B, NH, T, T);
 // out (B, T, C). Position t attends to t2 <= t only; att[.., t, t2 > t] stays 0.
 template <typename T>
-void attention_forward(T* out, T* att, const T* qkv, std::int64_t batch, std::int64_t seq, std::int64_t c,
+void attention_forward(OnCpu, T* out, T* att, const T* qkv, std::int64_t batch, std::int64_t seq, std::int64_t c,
                        std::int64_t heads) {
   const std::int64_t hs = c / heads;
   const T scale = T(1) / std::sqrt(static_cast<T>(hs));
@@ -64,7 +65,7 @@ void attention_forward(T* out, T* att, const T* qkv, std::int64_t batch, std::in
 // softmax backward: dpre[t2] = att[t2] (datt[t2] - sum_t3 att[t3] datt[t3]);
 // dq += dpre[t2] k(t2) / sqrt(hs); dk(t2) += dpre[t2] q / sqrt(hs).
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* att, const T* qkv, std::int64_t batch,
+void attention_backward(OnCpu, T* dqkv, const T* dout, const T* att, const T* qkv, std::int64_t batch,
                         std::int64_t seq, std::int64_t c, std::int64_t heads) {
   const std::int64_t hs = c / heads;
   const T scale = T(1) / std::sqrt(static_cast<T>(hs));
@@ -120,10 +121,12 @@ void require_core_shapes(const Tensor& qkv, std::int64_t heads, const Tensor& at
 
 void attention_core_forward(const Tensor& qkv, std::int64_t heads, const Tensor& att, const Tensor& out) {
   require_core_shapes(qkv, heads, att, out, "attention_core_forward");
-  dispatch_float(qkv.dtype(), "attention_core_forward", [&](auto zero) {
-    using T = decltype(zero);
-    attention_forward<T>(out.data<T>(), att.data<T>(), qkv.data<T>(), qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3, heads);
-  });
+  dispatch("attention_core_forward", {{"qkv", qkv}, {"att", att}, {"out", out}}, qkv.dtype(),
+           [&](auto on, auto zero) {
+             using T = decltype(zero);
+             attention_forward(on, out.data<T>(), att.data<T>(), qkv.data<T>(), qkv.dim(0), qkv.dim(1),
+                               qkv.dim(2) / 3, heads);
+           });
 }
 
 void attention_core_backward(const Tensor& dout, const Tensor& att, const Tensor& qkv, std::int64_t heads,
@@ -131,12 +134,13 @@ void attention_core_backward(const Tensor& dout, const Tensor& att, const Tensor
   require_core_shapes(qkv, heads, att, dout, "attention_core_backward");
   DTL_REQUIRE_ARG(dqkv.defined() && dqkv.shape() == qkv.shape() && dqkv.dtype() == qkv.dtype(),
                   "attention_core_backward", "dqkv", "must have qkv's shape and dtype");
-  dqkv.zero();  // attention_backward accumulates
-  dispatch_float(qkv.dtype(), "attention_core_backward", [&](auto zero) {
-    using T = decltype(zero);
-    attention_backward<T>(dqkv.data<T>(), dout.data<T>(), att.data<T>(), qkv.data<T>(), qkv.dim(0), qkv.dim(1),
-                          qkv.dim(2) / 3, heads);
-  });
+  dispatch("attention_core_backward", {{"dout", dout}, {"att", att}, {"qkv", qkv}, {"dqkv", dqkv}}, qkv.dtype(),
+           [&](auto on, auto zero) {
+             using T = decltype(zero);
+             dqkv.zero();  // the CPU kernel accumulates (the CUDA one overwrites; zeroing is cheap either way)
+             attention_backward(on, dqkv.data<T>(), dout.data<T>(), att.data<T>(), qkv.data<T>(), qkv.dim(0),
+                                qkv.dim(1), qkv.dim(2) / 3, heads);
+           });
 }
 
 // ---------------------------------------------------------------------------
@@ -184,8 +188,8 @@ const Tensor& CausalSelfAttention::forward(const Tensor& x) {
   const std::int64_t batch = x.dim(0), seq = x.dim(1);
   Cache& cache = caches_.at(slot_);
   cache.qkv = qkv_.forward(x);  // (B, T, 3C)
-  ensure(cache.att, {batch, heads_, seq, seq}, x.dtype());
-  ensure(cache.out, {batch, seq, channels_}, x.dtype());
+  ensure(cache.att, {batch, heads_, seq, seq}, x.dtype(), x.device());
+  ensure(cache.out, {batch, seq, channels_}, x.dtype(), x.device());
   attention_core_forward(cache.qkv, heads_, cache.att, cache.out);
   return proj_.forward(cache.out);  // (B, T, C)
 }
@@ -194,7 +198,7 @@ const Tensor& CausalSelfAttention::backward(const Tensor& dy, const GradReadyFn&
   Cache& cache = caches_.at(slot_);
   DTL_REQUIRE_ARG(cache.qkv.defined(), (name_ + ".backward").c_str(), "dy", "came before any forward in this slot");
   const Tensor& dout = proj_.backward(dy, grad_ready);  // (B, T, C)
-  ensure(cache.dqkv, cache.qkv.shape(), dy.dtype());
+  ensure(cache.dqkv, cache.qkv.shape(), dy.dtype(), dy.device());
   attention_core_backward(dout, cache.att, cache.qkv, heads_, cache.dqkv);
   return qkv_.backward(cache.dqkv, grad_ready);  // (B, T, C)
 }

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The training core's GPU check, prepared to run in one sitting on the GPU host
+# (a few minutes; see ../shared/gpu/README.md). Build and stage here first:
+#     ./dtl build && ../shared/gpu/stage-deps.sh --build
+# then, on the GPU host from the project's root, with $OUT the folder that comes back:
+#     harness/nn/bench/gpu_check.sh
+# Each step has its own timeout and log under $OUT; the script goes on after a
+# failure and prints a summary at the end.
+#   1. nn_gpu_test: every layer, the loss, the optimizers, convert() and both
+#      models on the GPU against the CPU (layers_gpu_test.cc), and cuda_ops
+#   2. the same under compute-sanitizer: memcheck (out-of-bounds, misaligned),
+#      then synccheck (warp shuffles with lanes missing, __syncthreads misuse)
+set -uo pipefail
+OUT="${OUT:-$PWD/gpu-out}"
+mkdir -p "$OUT"
+# shellcheck disable=SC1091
+source .carry/device-env.sh
+summary="$OUT/summary.txt"
+: >"$summary"
+step() {  # step NAME SECONDS COMMAND...: runs, logs, records the exit status
+  local name="$1" limit="$2"; shift 2
+  local start=$SECONDS
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  printf '%-28s rc=%-3s %4ss\n' "$name" "$rc" "$((SECONDS - start))" | tee -a "$summary"
+}
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvcc --version | tail -1; } >"$OUT/machine.txt" 2>&1
+
+test=build/harness/nn/nn_gpu_test
+step nn-gpu-test 120 bash -c "cd build && ctest -R nn_gpu_test --output-on-failure"
+step memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 1 "$test"
+step synccheck 300 compute-sanitizer --tool synccheck --error-exitcode 1 "$test" --gtest_filter='LayersGpu.*'
+cat "$summary"
