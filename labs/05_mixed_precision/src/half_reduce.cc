@@ -69,11 +69,11 @@ void divide_half(DType dtype, void* buf, std::size_t count, float divisor) {
   throw dtl::NotImplemented("divide_half");
 }
 
-void allreduce_mean_half(Communicator& comm, void* buf, std::size_t count, DType dtype, DividePlacement placement) {
+void allreduce_mean_half(Communicator& backend, void* buf, std::size_t count, DType dtype, DividePlacement placement) {
   require_half(dtype, "allreduce_mean_half");
-  const auto world = static_cast<float>(comm.world_size());
+  const auto world = static_cast<float>(backend.world_size());
   // TODO(student): On return every rank's buf holds the mean over the W ranks, with the division placed
-  //   before or after a ReduceOp::kSum allreduce on `comm` as `placement` says (Note [Where
+  //   before or after a ReduceOp::kSum allreduce on `backend` as `placement` says (Note [Where
   //   to divide]), the allreduce waited for; with one rank buf is unchanged (handout Task A).
   throw dtl::NotImplemented("allreduce_mean_half");
 }

@@ -63,7 +63,7 @@ LossScaler::LossScaler(LossScalerOptions options) : options_(options) {
   scale_ = options.mode == ScalingMode::kNone ? 1.0f : options.init_scale;
 }
 
-bool LossScaler::unscale_and_check(Communicator& comm, const nn::Tensor& grads, const nn::Tensor& out) {
+bool LossScaler::unscale_and_check(Communicator& backend, const nn::Tensor& grads, const nn::Tensor& out) {
   DTL_REQUIRE_ARG(grads.defined() && (grads.dtype() == nn::DType::kF16 || grads.dtype() == nn::DType::kBF16 ||
                                       grads.dtype() == nn::DType::kF32),
                   "LossScaler::unscale_and_check", "grads", "must be an f16, bf16 or f32 tensor");
@@ -72,7 +72,7 @@ bool LossScaler::unscale_and_check(Communicator& comm, const nn::Tensor& grads, 
                   "must be an f32 tensor of " + std::to_string(grads.numel()) + " elements");
   // TODO(student): out = grads unscaled into fp32 exactly as the header's unscale_and_check() says (the
   //   unscale in fp32, so that gradients below 16-bit range come out exact); return true on
-  //   EVERY rank of comm if any rank's out holds an inf or NaN, agreed with one int32
+  //   EVERY rank of backend if any rank's out holds an inf or NaN, agreed with one int32
   //   allreduce (handout Task B, Note [Loss scaling]). Argument checks are written above.
   throw dtl::NotImplemented("LossScaler::unscale_and_check");
 }

@@ -72,16 +72,16 @@ void MixedPrecisionTrainer::average_bucket(std::size_t offset, std::size_t count
   const DType dtype = grads_.dtype();
   void* slice = static_cast<char*>(grads_.raw()) + offset * dtl::dtype_size(grads_.dtype());
   if (options_.precision == Precision::kF32) {
-    comm_.allreduce(slice, count, dtype, ReduceOp::kAvg).wait();
+    backend_.allreduce(slice, count, dtype, ReduceOp::kAvg).wait();
   } else if (options_.hooks.average) {
-    options_.hooks.average(comm_, slice, count, dtype, options_.divide);
+    options_.hooks.average(backend_, slice, count, dtype, options_.divide);
   } else {
-    allreduce_mean_half(comm_, slice, count, dtype, options_.divide);
+    allreduce_mean_half(backend_, slice, count, dtype, options_.divide);
   }
 }
 
-MixedPrecisionTrainer::MixedPrecisionTrainer(Communicator& comm, nn::Model& model, MixedOptions options)
-    : comm_(comm), model_(model), options_(std::move(options)), scaler_(make_scaler(options_)) {
+MixedPrecisionTrainer::MixedPrecisionTrainer(Communicator& backend, nn::Model& model, MixedOptions options)
+    : backend_(backend), model_(model), options_(std::move(options)), scaler_(make_scaler(options_)) {
   DTL_REQUIRE_ARG(model.dtype() == nn::DType::kF32, "MixedPrecisionTrainer", "model",
                   std::string("computes in ") + dtype_name(model.dtype()) + "; build it in f32");
   DTL_REQUIRE_ARG(!model.flat_values().defined() && !model.flat_grads().defined(), "MixedPrecisionTrainer",

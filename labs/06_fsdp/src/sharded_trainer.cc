@@ -68,8 +68,8 @@ std::string layout_mismatch(const FlatLayout& layout, const std::vector<std::int
 
 }  // namespace
 
-ShardedTrainer::ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOptions options)
-    : comm_(comm), model_(model), options_(std::move(options)), scale_(options_.loss_scale) {
+ShardedTrainer::ShardedTrainer(Communicator& backend, nn::Model& model, ShardedOptions options)
+    : backend_(backend), model_(model), options_(std::move(options)), scale_(options_.loss_scale) {
   const char* fn = "ShardedTrainer";
   const bool fsdp = options_.mode == ShardingMode::kFsdp;
   const nn::DType pd = options_.param_dtype;
@@ -93,7 +93,7 @@ ShardedTrainer::ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOpti
   DTL_REQUIRE_ARG(options_.layouts.empty() || static_cast<int>(options_.layouts.size()) == units, fn,
                   "options.layouts",
                   "has " + std::to_string(options_.layouts.size()) + " layouts for " + std::to_string(units) + " units");
-  const int world = comm.world_size();
+  const int world = backend.world_size();
   units_.resize(static_cast<std::size_t>(units));
   for (int u = 0; u < units; ++u) {
     UnitState& st = units_[static_cast<std::size_t>(u)];

@@ -76,16 +76,16 @@ void divide_half(DType dtype, void* buf, std::size_t count, float divisor) {
   // END SOLUTION
 }
 
-void allreduce_mean_half(Communicator& comm, void* buf, std::size_t count, DType dtype, DividePlacement placement) {
+void allreduce_mean_half(Communicator& backend, void* buf, std::size_t count, DType dtype, DividePlacement placement) {
   require_half(dtype, "allreduce_mean_half");
-  const auto world = static_cast<float>(comm.world_size());
+  const auto world = static_cast<float>(backend.world_size());
   // BEGIN SOLUTION(allreduce_mean_half)
   // | On return every rank's buf holds the mean over the W ranks, with the division placed
-  // | before or after a ReduceOp::kSum allreduce on `comm` as `placement` says (Note [Where
+  // | before or after a ReduceOp::kSum allreduce on `backend` as `placement` says (Note [Where
   // | to divide]), the allreduce waited for; with one rank buf is unchanged (handout Task A).
-  if (comm.world_size() == 1) return;
+  if (backend.world_size() == 1) return;
   if (placement == DividePlacement::kPre) divide_half(dtype, buf, count, world);
-  comm.allreduce(buf, count, dtype, ReduceOp::kSum).wait();
+  backend.allreduce(buf, count, dtype, ReduceOp::kSum).wait();
   if (placement == DividePlacement::kPost) divide_half(dtype, buf, count, world);
   // END SOLUTION
 }

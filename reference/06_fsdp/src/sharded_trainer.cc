@@ -68,8 +68,8 @@ std::string layout_mismatch(const FlatLayout& layout, const std::vector<std::int
 
 }  // namespace
 
-ShardedTrainer::ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOptions options)
-    : comm_(comm), model_(model), options_(std::move(options)), scale_(options_.loss_scale) {
+ShardedTrainer::ShardedTrainer(Communicator& backend, nn::Model& model, ShardedOptions options)
+    : backend_(backend), model_(model), options_(std::move(options)), scale_(options_.loss_scale) {
   const char* fn = "ShardedTrainer";
   const bool fsdp = options_.mode == ShardingMode::kFsdp;
   const nn::DType pd = options_.param_dtype;
@@ -93,7 +93,7 @@ ShardedTrainer::ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOpti
   DTL_REQUIRE_ARG(options_.layouts.empty() || static_cast<int>(options_.layouts.size()) == units, fn,
                   "options.layouts",
                   "has " + std::to_string(options_.layouts.size()) + " layouts for " + std::to_string(units) + " units");
-  const int world = comm.world_size();
+  const int world = backend.world_size();
   units_.resize(static_cast<std::size_t>(units));
   for (int u = 0; u < units; ++u) {
     UnitState& st = units_[static_cast<std::size_t>(u)];
@@ -126,13 +126,13 @@ ShardedTrainer::ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOpti
                         st.name + "') needs " + std::to_string(unit_bytes) + " bytes gathered (" +
                         std::to_string(st.layout.padded) + " f32 elements): split the unit or raise the budget");
   }
-  const int rank = comm.rank();
+  const int rank = backend.rank();
   for (int u = 0; u < units; ++u) {
     UnitState& st = units_[static_cast<std::size_t>(u)];
     const std::vector<nn::Parameter*> params = model.unit(u).parameters();
     const std::int64_t begin = st.layout.shard_begin(rank), shard = st.layout.shard;
     st.full_values = nn::flatten_values(params, world);
-    comm_.broadcast(st.full_values.span<float>(), 0).wait();
+    backend_.broadcast(st.full_values.span<float>(), 0).wait();
     st.full_grads = nn::flatten_grads(params, world);
     if (fsdp) {
       st.shard = st.full_values.view(begin, {shard}).to(state_device());
@@ -244,8 +244,8 @@ void ShardedTrainer::after_backward_grads(int u) {
   float* full = st.full_grads.data<float>();
   const auto shard = static_cast<std::size_t>(st.layout.shard);
   const bool in_place = options_.mode == ShardingMode::kZero1 || options_.offload;
-  void* recv = in_place ? static_cast<void*>(full + comm_.rank() * shard) : st.grad_shard.raw();
-  st.reduce = comm_.reduce_scatter(full, recv, shard, DType::kF32, ReduceOp::kAvg);
+  void* recv = in_place ? static_cast<void*>(full + backend_.rank() * shard) : st.grad_shard.raw();
+  st.reduce = backend_.reduce_scatter(full, recv, shard, DType::kF32, ReduceOp::kAvg);
   st.reduce_issued = true;
   ++current_.reduce_scatters;
   current_.reduce_scatter_bytes += st.layout.padded * 4;
@@ -303,7 +303,7 @@ StepResult ShardedTrainer::step(const nn::Tensor& x, const nn::Tensor& targets) 
       }
     }
     std::int32_t flag = found ? 1 : 0;
-    comm_.allreduce_blocking(std::span<std::int32_t>(&flag, 1), ReduceOp::kSum);
+    backend_.allreduce_blocking(std::span<std::int32_t>(&flag, 1), ReduceOp::kSum);
     if (flag > 0) {
       current_.skipped = true;
       scale_ *= 0.5f;
@@ -317,11 +317,11 @@ StepResult ShardedTrainer::step(const nn::Tensor& x, const nn::Tensor& targets) 
   }
   ++steps_;
   if (options_.mode != ShardingMode::kFsdp) {
-    const auto rank = static_cast<std::size_t>(comm_.rank());
+    const auto rank = static_cast<std::size_t>(backend_.rank());
     for (UnitState& st : units_) {
       float* full = st.full_values.data<float>();
       const auto shard = static_cast<std::size_t>(st.layout.shard);
-      st.gather = comm_.allgather(full + rank * shard, full, shard, DType::kF32);
+      st.gather = backend_.allgather(full + rank * shard, full, shard, DType::kF32);
       ++current_.allgathers;
       current_.allgather_bytes += st.layout.padded * 4;
     }
