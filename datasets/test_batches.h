@@ -23,22 +23,24 @@ inline constexpr std::int64_t kContext = 8;
 /// @param[in] kind an MLP (f32 inputs (rows, 2), i32 labels (rows)) or the GPT (i32
 ///            tokens and next tokens, (rows, kContext) each).
 /// @param[in] input_scale multiplies an MLP's inputs (crafted overflows in labs 05, 06).
-/// @return the batch; its tensors are kOther (inputs are not activations).
+/// @return the batch. Its tensors are charged to kActivations: a batch lives as long as
+///         the step's activations (the layers keep their input for backward), and kOther
+///         stays the trainers' own (labs 05 and 06 count their compute copies there exactly).
 inline dtl::testing::Batch make_batch(dtl::testing::ModelKind kind, int step, std::int64_t global,
                                       std::int64_t begin, std::int64_t end, float input_scale = 1.0f) {
   namespace nn = dtl::nn;
   const std::int64_t rows = end - begin;
   dtl::testing::Batch b;
   if (kind != dtl::testing::ModelKind::kGpt) {
-    b.x = nn::Tensor::zeros({rows, 2}, nn::DType::kF32, nn::MemoryCategory::kOther);
-    b.y = nn::Tensor::zeros({rows}, nn::DType::kI32, nn::MemoryCategory::kOther);
+    b.x = nn::Tensor::zeros({rows, 2}, nn::DType::kF32, nn::MemoryCategory::kActivations);
+    b.y = nn::Tensor::zeros({rows}, nn::DType::kI32, nn::MemoryCategory::kActivations);
     copy_rows(spirals(), step * global + begin, b.x.span<float>(), b.y.span<std::int32_t>());
     if (input_scale != 1.0f) {
       for (float& v : b.x.span<float>()) v *= input_scale;
     }
   } else {
-    b.x = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kOther);
-    b.y = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kOther);
+    b.x = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kActivations);
+    b.y = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kActivations);
     copy_windows(corpus(), step * global + begin, kContext, b.x.span<std::int32_t>(), b.y.span<std::int32_t>());
   }
   return b;

@@ -52,6 +52,7 @@ using dtl::data::testing::corpus;  // datasets/test_data.h: the same rows in eve
 using dtl::data::testing::kContext;
 using dtl::data::testing::make_batch;
 using dtl::data::testing::rank_batch;
+using dtl::data::testing::spirals;
 
 inline void PrintTo(lab05::Precision p, std::ostream* os) { *os << lab05::precision_name(p); }
 
