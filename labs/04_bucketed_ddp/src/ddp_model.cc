@@ -29,17 +29,9 @@
 
 #include "harness/error.h"
 #include "lab04/ddp.h"
+#include "model_helpers.h"
 
 namespace dtl::lab04 {
-namespace {
-
-// Exactly representable in a double (53 bits), so it travels through an f64 allgather unchanged.
-double hash_name(const std::string& name) {
-  return static_cast<double>(std::hash<std::string>{}(name) & ((std::uint64_t{1} << 52) - 1));
-}
-
-}  // namespace
-
 void check_model_agreement(Communicator& backend, const nn::Model& model) {
   const std::vector<nn::Parameter*> params = model.parameters();
   const int size = backend.world_size();

@@ -27,28 +27,9 @@
 
 #include "harness/error.h"
 #include "lab06/fsdp.h"
+#include "trainer_setup.h"
 
 namespace dtl::lab06 {
-namespace {
-
-const char* optimizer_name(const ShardedTrainer& trainer) {
-  return trainer.options().optimizer == OptimizerKind::kSgd ? "sgd" : "adamw";
-}
-
-// The optimizer state tensors of a unit, in the order they are stored: {momentum}, {m, v} or {}.
-std::vector<nn::Tensor> state_tensors(const UnitState& st) {
-  if (st.adamw) return {st.adamw->m(), st.adamw->v()};
-  if (st.sgd && st.sgd->momentum().defined()) return {st.sgd->momentum()};
-  return {};
-}
-
-std::vector<float> to_vector(const nn::Tensor& t) {
-  const auto s = t.span<float>();
-  return {s.begin(), s.end()};
-}
-
-}  // namespace
-
 void save_checkpoint(ShardedTrainer& trainer, const std::string& dir) {
   Communicator& backend = trainer.backend();
   std::string error;

@@ -25,15 +25,6 @@
 
 namespace dtl::lab05 {
 
-const char* scaling_mode_name(ScalingMode mode) {
-  switch (mode) {
-    case ScalingMode::kNone: return "none";
-    case ScalingMode::kStatic: return "static";
-    case ScalingMode::kDynamic: return "dynamic";
-  }
-  return "?";
-}
-
 RoundStats round_to_half(const nn::Tensor& dst, const nn::Tensor& src) {
   DTL_REQUIRE_ARG(src.defined() && src.dtype() == nn::DType::kF32, "round_to_half", "src", "must be an f32 tensor");
   DTL_REQUIRE_ARG(dst.defined() && (dst.dtype() == nn::DType::kF16 || dst.dtype() == nn::DType::kBF16 ||
@@ -79,18 +70,6 @@ RoundStats round_to_half(const nn::Tensor& dst, const nn::Tensor& src) {
   }
   // END SOLUTION
   return stats;
-}
-
-LossScaler::LossScaler(LossScalerOptions options) : options_(options) {
-  DTL_REQUIRE_ARG(std::isfinite(options.init_scale) && options.init_scale > 0.0f, "LossScaler", "init_scale",
-                  "is " + std::to_string(options.init_scale) + ", must be finite and > 0");
-  DTL_REQUIRE_ARG(options.growth_factor > 1.0f && std::isfinite(options.growth_factor), "LossScaler",
-                  "growth_factor", "is " + std::to_string(options.growth_factor) + ", must be > 1");
-  DTL_REQUIRE_ARG(options.backoff_factor > 0.0f && options.backoff_factor < 1.0f, "LossScaler", "backoff_factor",
-                  "is " + std::to_string(options.backoff_factor) + ", must be in (0, 1)");
-  DTL_REQUIRE_ARG(options.growth_interval >= 1, "LossScaler", "growth_interval",
-                  "is " + std::to_string(options.growth_interval) + ", must be >= 1");
-  scale_ = options.mode == ScalingMode::kNone ? 1.0f : options.init_scale;
 }
 
 bool LossScaler::unscale_and_check(Communicator& backend, const nn::Tensor& grads, const nn::Tensor& out) {
