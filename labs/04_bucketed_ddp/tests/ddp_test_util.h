@@ -1,6 +1,8 @@
-// What lab 04's tests share: the two models, their data, the single-process
-// oracle, a DDP run of the same steps and backends by name (the communicator that
-// records what passes through it is harness/testing/recording_communicator.h).
+// What lab 04's tests share: the models at this lab's sizes, the single-process
+// oracle, a DDP run of the same steps and backends by name. The model kinds, the
+// batches and the comparison are every training lab's (harness/testing/
+// training_fixtures.h, datasets/test_batches.h); the communicator that records what
+// passes through it is harness/testing/recording_communicator.h.
 //
 // The equivalence the tests check: W ranks, each with B/W rows of a global batch
 // of B, averaging gradients, take the same steps as one process with all B rows.

@@ -1,4 +1,6 @@
-// What lab 05's tests share: the models and their data, the fp32 single-process
+// What lab 05's tests share: the models at this lab's sizes (their kinds and batches
+// are every training lab's: harness/testing/training_fixtures.h,
+// datasets/test_batches.h), the fp32 single-process
 // oracle (harness/nn only: no code under test), oracles for the pieces a step
 // takes from tasks A and B (the hooks that task C's tests give the trainer),
 // the backend, and bit comparisons.

@@ -1,4 +1,6 @@
-// What lab 06's tests share: the models and their data, the single-process fp32
+// What lab 06's tests share: the models at this lab's sizes (their kinds, batches and
+// the comparison are every training lab's: harness/testing/training_fixtures.h,
+// datasets/test_batches.h), the single-process fp32
 // oracle, layouts and closed forms worked out here (not by the code under test),
 // the vendor all-gather of the shards, the backends, and a scratch folder for
 // checkpoints (the communicator that records what passes through it is

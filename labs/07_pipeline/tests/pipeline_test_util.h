@@ -1,6 +1,8 @@
-// What lab 07's tests share: the models and their data, the single-process
+// What lab 07's tests share: the models at this lab's sizes, the single-process
 // oracle (harness/nn only: no code under test), the test's own stage cuts and
-// closed-form schedules, and tolerant comparisons.
+// closed-form schedules. The model kinds, the batches and the tolerant comparison
+// are every training lab's (harness/testing/training_fixtures.h,
+// datasets/test_batches.h).
 //
 // The oracle runs inside every rank on the whole batch; the pipeline under test
 // splits the model into the test's stages (never the student's balance_stages())
