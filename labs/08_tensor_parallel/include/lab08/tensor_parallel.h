@@ -21,7 +21,7 @@
 ///   - Task C (vocab_parallel.cc): the vocabulary-parallel embedding and a
 ///     cross-entropy that never gathers the full logits (VocabParallelEmbedding,
 ///     VocabParallelCrossEntropy);
-///   - Task D (the sequence_parallel branches of task A, and grid.cc's
+///   - Task D (the sequence_parallel branches of task A, and sequence_parallel.cc's
 ///     allreduce_sequence_parallel_gradients()): sequence parallelism, where the
 ///     LayerNorm/dropout regions keep 1/T of the rows and each allreduce becomes
 ///     a reduce-scatter plus an all-gather;
@@ -613,7 +613,7 @@ class VocabParallelCrossEntropy {
 nn::Model make_tensor_parallel_gpt(nn::Model& full, Communicator& tp);
 
 // ---------------------------------------------------------------------------
-// Task D: gradients across the tensor group (grid.cc); TP x DP on lab 07's grid
+// Task D: gradients across the tensor group (sequence_parallel.cc); TP x DP on lab 07's grid
 // ---------------------------------------------------------------------------
 
 // TP x DP runs on lab 07's grid (Note [TP x DP]): one Grid, one make_grid() and one

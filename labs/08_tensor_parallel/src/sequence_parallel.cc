@@ -1,4 +1,4 @@
-// Lab 08, task D: gradients across the tensor group.
+// Lab 08, task D: the gradients of sequence parallelism, across the tensor group.
 //
 // What this file teaches: every parameter's gradient is reduced over exactly the
 // ranks that hold a copy of the same numbers (See Note [TP x DP]). Lab 07's grid
@@ -21,20 +21,12 @@
 namespace dtl::lab08 {
 
 void allreduce_sequence_parallel_gradients(Communicator& tp, std::span<nn::Parameter* const> replicated) {
-  // BEGIN SOLUTION(allreduce_sequence_parallel_gradients)
-  // | With sequence parallelism each rank's gradient of a replicated parameter covers its own
-  // | rows only. On return the gradient of every parameter in `replicated` holds the full
-  // | gradient, the sum (not the average) over the tensor group `tp`, as the header says. All
-  // | in flight together, finished on return; nothing to do for a group of one (Note
-  // | [Sequence parallelism], handout Task D).
-  if (tp.world_size() == 1) return;
-  std::vector<Work> pending;
-  for (nn::Parameter* p : replicated) {
-    pending.push_back(tp.allreduce(p->grad.raw(), static_cast<std::size_t>(p->grad.numel()),
-                                   p->grad.dtype(), ReduceOp::kSum));
-  }
-  for (Work& w : pending) w.wait();
-  // END SOLUTION
+  // TODO(student): With sequence parallelism each rank's gradient of a replicated parameter covers its own
+  //   rows only. On return the gradient of every parameter in `replicated` holds the full
+  //   gradient, the sum (not the average) over the tensor group `tp`, as the header says. All
+  //   in flight together, finished on return; nothing to do for a group of one (Note
+  //   [Sequence parallelism], handout Task D).
+  throw dtl::NotImplemented("allreduce_sequence_parallel_gradients");
 }
 
 }  // namespace dtl::lab08
