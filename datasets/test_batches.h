@@ -22,6 +22,10 @@ inline constexpr std::int64_t kContext = 8;
 /// @brief Rows [begin, end) of step `step`'s global batch of `global` rows.
 /// @param[in] kind an MLP (f32 inputs (rows, 2), i32 labels (rows)) or the GPT (i32
 ///            tokens and next tokens, (rows, kContext) each).
+/// @param[in] step the step: its batch starts at row step * global.
+/// @param[in] global the rows of a step's global batch.
+/// @param[in] begin the first row of the batch, counted from the step's first.
+/// @param[in] end one past the last row.
 /// @param[in] input_scale multiplies an MLP's inputs (crafted overflows in labs 05, 06).
 /// @return the batch. Its tensors are charged to kActivations: a batch lives as long as
 ///         the step's activations (the layers keep their input for backward), and kOther
@@ -48,6 +52,13 @@ inline dtl::testing::Batch make_batch(dtl::testing::ModelKind kind, int step, st
 
 /// @brief Rank `rank`'s rows of step `step` when `world_size` ranks share the global
 /// batch of `global` rows equally: rows [rank b, (rank + 1) b), b = global / world_size.
+/// @param[in] kind the model kind (make_batch()).
+/// @param[in] step the step.
+/// @param[in] global the rows of a step's global batch.
+/// @param[in] rank this rank.
+/// @param[in] world_size the ranks sharing the batch.
+/// @param[in] input_scale multiplies an MLP's inputs.
+/// @return make_batch(kind, step, global, rank b, (rank + 1) b, input_scale).
 inline dtl::testing::Batch rank_batch(dtl::testing::ModelKind kind, int step, std::int64_t global, int rank,
                                       int world_size, float input_scale = 1.0f) {
   const std::int64_t b = global / world_size;

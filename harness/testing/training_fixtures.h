@@ -28,19 +28,28 @@ enum class ModelKind { kMlp, kOddMlp, kGpt };
 /// @brief The optimizers the tests step with: SGD with momentum, or AdamW.
 enum class OptKind { kSgd, kAdamW };
 
-/// @brief "mlp", "odd_mlp" or "gpt" (test names and messages).
+/// @brief The name of a model kind, for test names and messages.
+/// @param[in] kind the model kind.
+/// @return "mlp", "odd_mlp" or "gpt".
 const char* model_name(ModelKind kind);
-/// @brief "sgd" or "adamw".
+/// @brief The name of an optimizer kind, for test names and messages.
+/// @param[in] kind the optimizer kind.
+/// @return "sgd" or "adamw".
 const char* opt_name(OptKind kind);
 /// @brief How gtest prints a ModelKind parameter (its model_name()).
+/// @param[in] kind the model kind.
+/// @param[out] os where gtest prints.
 void PrintTo(ModelKind kind, std::ostream* os);
 /// @brief How gtest prints an OptKind parameter (its opt_name()).
+/// @param[in] kind the optimizer kind.
+/// @param[out] os where gtest prints.
 void PrintTo(OptKind kind, std::ostream* os);
 
 /// @brief A batch: inputs `x` and targets `y` (f32 (rows, 2) and i32 (rows) for an
 /// MLP; i32 (rows, T) and i32 (rows, T) for the GPT).
 struct Batch {
-  nn::Tensor x, y;
+  nn::Tensor x;  ///< the inputs
+  nn::Tensor y;  ///< the targets
 };
 
 /// @brief How close a result must be to its oracle: |got - want| <= abs + rel |want|.
@@ -49,8 +58,8 @@ struct Batch {
 /// in another order than the oracle's one GEMM: far above rounding, far below any
 /// real bug (a missing average is a factor W).
 struct Tolerance {
-  double abs = 2e-5;
-  double rel = 1e-4;
+  double abs = 2e-5;  ///< the absolute part
+  double rel = 1e-4;  ///< the part relative to |want|
 };
 
 /// @brief Whether `got` equals `want` within `tol`, element by element.
@@ -64,16 +73,26 @@ struct Tolerance {
 /// @param[in] tol the tolerance.
 /// @param[in] oracle where `want` comes from, for the message ("one process, whole batch").
 /// @param[in] offset the index of want[0] in what the message counts (a slice of a flat model).
+/// @return success, or a failure with the message above.
 ::testing::AssertionResult close_to(const std::vector<float>& want, const std::vector<float>& got,
                                     const std::string& what, Tolerance tol = {},
                                     const std::string& oracle = "one process, whole batch", std::int64_t offset = 0);
 /// @brief close_to() for f64 values.
+/// @param[in] want the oracle's values.
+/// @param[in] got the values under test.
+/// @param[in] what what the values are, for the message.
+/// @param[in] tol the tolerance.
+/// @param[in] oracle where `want` comes from, for the message.
+/// @param[in] offset the index of want[0] in what the message counts.
+/// @return success, or a failure naming the first element that differs.
 ::testing::AssertionResult close_to(const std::vector<double>& want, const std::vector<double>& got,
                                     const std::string& what, Tolerance tol = {},
                                     const std::string& oracle = "one process, whole batch", std::int64_t offset = 0);
 
 /// @brief The bytes of a tensor's elements (any dtype), for bit-exact comparisons.
 /// (Inline: the testing objects link into binaries without harness/nn.)
+/// @param[in] t the tensor.
+/// @return a copy of its t.bytes() bytes.
 inline std::vector<std::uint8_t> bytes_of(const nn::Tensor& t) {
   std::vector<std::uint8_t> out(static_cast<std::size_t>(t.bytes()));
   if (!out.empty()) std::memcpy(out.data(), t.raw(), out.size());

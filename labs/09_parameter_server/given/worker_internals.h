@@ -41,9 +41,12 @@ struct WorkerClient::Impl {
 
 /// @brief Restores the model's pre_forward hook however the step ends.
 struct HookGuard {
-  nn::Model& model;
-  std::function<void(int)> saved;
+  nn::Model& model;                 ///< the model whose hook is restored
+  std::function<void(int)> saved;   ///< its pre_forward hook before the step
+  /// @brief Saves `m`'s pre_forward hook.
+  /// @param[in,out] m the model.
   explicit HookGuard(nn::Model& m) : model(m), saved(m.hooks().pre_forward) {}
+  /// @brief Puts the saved hook back.
   ~HookGuard() { model.hooks().pre_forward = saved; }
 };
 
