@@ -1,7 +1,7 @@
 /// @file
 /// @brief The two small data sets the labs' tests train on, made once per process.
 ///
-/// Labs 05–08 check their distributed training against one process on the same
+/// Labs 04–08 check their distributed training against one process on the same
 /// rows, so every rank of every test must see exactly the same data: a 20,000-
 /// character corpus (seed 7) and 3,000 points of 3 spirals (noise 0.1, seed 11).
 /// Lab 09 also trains to a target accuracy, in its tests and its benchmark alike,

@@ -93,7 +93,7 @@ std::vector<double> oracle_losses(int steps) {
   nn::SoftmaxCrossEntropy ce;
   std::vector<double> losses;
   for (int step = 0; step < steps; ++step) {
-    const Batch b = make_batch(ModelKind::kGpt, step, 0, kBatch30);
+    const Batch b = make_batch(ModelKind::kGpt, step, kGlobalBatch, 0, kBatch30);
     model.zero_grad();
     losses.push_back(ce.forward(model.forward(b.x), b.y));
     model.backward(ce.backward());
@@ -117,7 +117,7 @@ TEST(HiddenTrainer, GptFp16PostDivideSmallBucketsMatchesOneProcess) {
   lab05::MixedPrecisionTrainer trainer(*backend_, model, o);
   const std::int64_t b = kBatch30 / comm().size();
   for (int step = 0; step < steps; ++step) {
-    const Batch batch = make_batch(ModelKind::kGpt, step, comm().rank() * b, (comm().rank() + 1) * b);
+    const Batch batch = make_batch(ModelKind::kGpt, step, kGlobalBatch, comm().rank() * b, (comm().rank() + 1) * b);
     const lab05::StepResult r = trainer.step(batch.x, batch.y);
     EXPECT_LE(std::abs(r.loss - expected[static_cast<std::size_t>(step)]), 3e-4) << "step " << step;
     EXPECT_EQ(r.buckets, static_cast<int>((model.parameter_count() + 32) / 33));
@@ -135,7 +135,7 @@ TEST(HiddenTrainer, OverflowOnRankTwoSkipsEverywhere) {
   o.hooks = oracle_hooks();
   lab05::MixedPrecisionTrainer trainer(*backend_, model, o);
   for (int step = 0; step < 3; ++step) {
-    const Batch b = rank_batch(ModelKind::kMlp, step, step == 1 && comm().rank() == 2 ? 1e6f : 1.0f);
+    const Batch b = rank_batch(ModelKind::kMlp, step, kGlobalBatch, comm().rank(), comm().size(), step == 1 && comm().rank() == 2 ? 1e6f : 1.0f);
     const auto before = bytes_of(trainer.master());
     const lab05::StepResult r = trainer.step(b.x, b.y);
     EXPECT_EQ(r.skipped, step == 1) << "step " << step;

@@ -98,19 +98,19 @@ TEST(HiddenGrid, EveryGridEqualsOneProcess) {
   for (int P = 1; P <= W; ++P) {
     if (W % P != 0) continue;
     lab07::Grid grid = lab07::make_grid(comm(), P);
-    EXPECT_EQ(grid.stage, comm().rank() % P);
+    EXPECT_EQ(grid.model_rank, comm().rank() % P);
     const std::int64_t rows = kGlobal / grid.replicas;
     nn::Model whole = make_model(ModelKind::kMlp, 4, kUnits);
-    const nn::Stage stage = stage_of(whole, even_cut(kUnits, P), grid.stage, input_shape(ModelKind::kMlp, rows));
+    const nn::Stage stage = stage_of(whole, even_cut(kUnits, P), grid.model_rank, input_shape(ModelKind::kMlp, rows));
     nn::Model model = std::move(whole).slice(stage.begin, stage.end);
     const nn::Tensor values = model.flatten_values();
     const nn::Tensor grads = model.flatten_grads();
     nn::Sgd sgd(kSgd, values.numel());
-    dtl::MpiCommunicator data(grid.data, dtl::MpiMode::kThread);
+    dtl::MpiCommunicator data(grid.data_group, dtl::MpiMode::kThread);
     for (int step = 0; step < 2; ++step) {
       const Batch b = make_batch(ModelKind::kMlp, step, kGlobal, grid.replica * rows, (grid.replica + 1) * rows);
-      naive_step(grid.pipeline, model, stage, b);
-      lab07::allreduce_stage_gradients(data, model);
+      naive_step(grid.model_group, model, stage, b);
+      lab07::allreduce_data_parallel_gradients(data, model);
       sgd.step(values.span<float>(), grads.span<float>());
     }
     const Oracle oracle = run_oracle(ModelKind::kMlp, 4, 2, kGlobal, kUnits);

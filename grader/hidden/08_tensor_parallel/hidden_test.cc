@@ -161,15 +161,15 @@ TEST(HiddenModel, GptSequenceParallelAndGrids) {
   for (int T = 1; T <= W; ++T) {
     if (W % T != 0) continue;
     lab08::Grid grid = lab08::make_grid(comm(), T);
-    EXPECT_EQ(grid.tensor.rank(), w % T);
-    EXPECT_EQ(grid.data.rank(), w / T);
-    dtl::MpiCommunicator tensor(grid.tensor, dtl::MpiMode::kNonblocking);
-    dtl::MpiCommunicator data(grid.data, dtl::MpiMode::kNonblocking);
+    EXPECT_EQ(grid.model_group.rank(), w % T);
+    EXPECT_EQ(grid.data_group.rank(), w / T);
+    dtl::MpiCommunicator tensor(grid.model_group, dtl::MpiMode::kNonblocking);
+    dtl::MpiCommunicator data(grid.data_group, dtl::MpiMode::kNonblocking);
     const GptShape shape = gpt_shape(T, 60);
     const std::int64_t global = 30;  // divisible by D = 1, 2, 3, 5, 6
     const Trained oracle = train_oracle(shape, 7, 2, global);
     const Trained mine = train_parallel(tensor, shape, 7, 2, global, &data, grid.replica, grid.replicas);
-    EXPECT_TRUE(params_match(oracle.model.parameters(), mine.model.parameters(), false, T, grid.tp_rank,
+    EXPECT_TRUE(params_match(oracle.model.parameters(), mine.model.parameters(), false, T, grid.model_rank,
                              std::to_string(W / T) + " replicas x T = " + std::to_string(T), kF32Tol));
   }
 }

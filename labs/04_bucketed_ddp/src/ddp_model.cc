@@ -29,20 +29,12 @@
 
 #include "harness/error.h"
 #include "lab04/ddp.h"
+#include "model_helpers.h"
 
 namespace dtl::lab04 {
-namespace {
-
-// Exactly representable in a double (53 bits), so it travels through an f64 allgather unchanged.
-double hash_name(const std::string& name) {
-  return static_cast<double>(std::hash<std::string>{}(name) & ((std::uint64_t{1} << 52) - 1));
-}
-
-}  // namespace
-
-void check_model_agreement(Communicator& comm, const nn::Model& model) {
+void check_model_agreement(Communicator& backend, const nn::Model& model) {
   const std::vector<nn::Parameter*> params = model.parameters();
-  const int size = comm.world_size();
+  const int size = backend.world_size();
   // TODO(student): Return when every rank holds the same parameter count and, for each i, the same name
   //   and numel; otherwise throw dtl::InvalidArgument on EVERY rank, naming the first rank
   //   that differs from rank 0 and the first differing parameter (index, this rank's name,
@@ -52,10 +44,10 @@ void check_model_agreement(Communicator& comm, const nn::Model& model) {
   throw dtl::NotImplemented("check_model_agreement");
 }
 
-void broadcast_parameters(Communicator& comm, nn::Model& model, int root) {
-  if (root < 0 || root >= comm.world_size()) {
+void broadcast_parameters(Communicator& backend, nn::Model& model, int root) {
+  if (root < 0 || root >= backend.world_size()) {
     throw InvalidArgument("broadcast_parameters: root " + std::to_string(root) + " is not a rank of a world of " +
-                          std::to_string(comm.world_size()));
+                          std::to_string(backend.world_size()));
   }
   // TODO(student): On return every rank's parameter values equal rank `root`'s, bit for bit; the models
   //   are checked to agree first (check_model_agreement()). A flattened model

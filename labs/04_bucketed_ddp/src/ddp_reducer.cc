@@ -56,9 +56,9 @@
 
 namespace dtl::lab04 {
 
-Reducer::Reducer(Communicator& comm, nn::Model& model, ReducerOptions options)
-    : comm_(comm), model_(model), options_(options) {
-  check_model_agreement(comm_, model_);
+Reducer::Reducer(Communicator& backend, nn::Model& model, ReducerOptions options)
+    : backend_(backend), model_(model), options_(options) {
+  check_model_agreement(backend_, model_);
   params_ = model_.parameters();
   std::vector<std::size_t> bytes;
   for (std::size_t i = 0; i < params_.size(); ++i) {

@@ -1,6 +1,8 @@
-// What lab 04's tests share: the two models, their data, the single-process
-// oracle, a DDP run of the same steps and backends by name (the communicator that
-// records what passes through it is harness/testing/recording_communicator.h).
+// What lab 04's tests share: the models at this lab's sizes, the single-process
+// oracle, a DDP run of the same steps and backends by name. The model kinds, the
+// batches and the comparison are every training lab's (harness/testing/
+// training_fixtures.h, datasets/test_batches.h); the communicator that records what
+// passes through it is harness/testing/recording_communicator.h.
 //
 // The equivalence the tests check: W ranks, each with B/W rows of a global batch
 // of B, averaging gradients, take the same steps as one process with all B rows.
@@ -31,6 +33,7 @@
 #include <vector>
 
 #include "datasets/datasets.h"
+#include "datasets/test_batches.h"
 #include "harness/comm/communicator.h"
 #include "harness/comm/mpi_communicator.h"
 #include "harness/nn/layers.h"
@@ -38,6 +41,7 @@
 #include "harness/nn/optim.h"
 #include "harness/testing/mpi_test.h"
 #include "harness/testing/recording_communicator.h"
+#include "harness/testing/training_fixtures.h"
 #include "lab04/ddp.h"
 
 namespace lab04_test {
@@ -52,50 +56,24 @@ inline constexpr int kSteps = 3;
 inline constexpr double kAbsTolerance = 2e-5;     // |ddp - oracle| <= kAbsTolerance + kRelTolerance |oracle|
 inline constexpr double kRelTolerance = 1e-4;
 
-enum class ModelKind { kMlp, kGpt, kOddMlp };  // kOddMlp: odd widths, 3 hidden layers
-enum class OptKind { kSgd, kAdamW };
+// The shared fixtures (harness/testing/training_fixtures.h, datasets/test_batches.h):
+// kMlp, kGpt and kOddMlp (odd widths, 3 hidden layers) at this lab's sizes below.
+using dtl::testing::Batch;
+using dtl::testing::ModelKind;
+using dtl::testing::OptKind;
+using dtl::testing::model_name;
+using dtl::testing::opt_name;
+using dtl::data::testing::corpus;  // datasets/test_data.h: the same rows in every lab's tests
+using dtl::data::testing::kContext;
+using dtl::data::testing::make_batch;
 
-inline const char* model_name(ModelKind m) { return m == ModelKind::kMlp ? "mlp" : m == ModelKind::kGpt ? "gpt" : "odd_mlp"; }
-inline void PrintTo(ModelKind m, std::ostream* os) { *os << model_name(m); }
-inline const char* opt_name(OptKind o) { return o == OptKind::kSgd ? "sgd" : "adamw"; }
-inline void PrintTo(OptKind o, std::ostream* os) { *os << opt_name(o); }
-
-// GPT sizes: a small vocabulary from the generated corpus, 8 tokens of context.
-inline constexpr std::int64_t kContext = 8;
+// GPT sizes: the test corpus's vocabulary, kContext tokens of context.
 inline constexpr std::int64_t kChannels = 16;
-
-inline const dtl::data::CharCorpus& corpus() {
-  static const dtl::data::CharCorpus c =
-      dtl::data::encode_chars(dtl::data::make_char_corpus(4 * kGlobalBatch * (kContext + 1) * kSteps, 7));
-  return c;
-}
 
 inline nn::Model make_model(ModelKind kind, std::uint64_t seed) {
   if (kind == ModelKind::kMlp) return nn::make_mlp(2, 24, 3, 2, seed);
   if (kind == ModelKind::kOddMlp) return nn::make_mlp(2, 7, 3, 3, seed);
   return nn::make_gpt(static_cast<std::int64_t>(corpus().vocab.size()), kContext, kChannels, 2, 2, seed);
-}
-
-/// One step's batch rows [begin, end) of the global batch: inputs and targets.
-struct Batch {
-  nn::Tensor x, y;
-};
-
-inline Batch make_batch(ModelKind kind, int step, std::int64_t begin, std::int64_t end) {
-  const std::int64_t rows = end - begin;
-  Batch b;
-  if (kind != ModelKind::kGpt) {
-    static const dtl::data::Classification data = dtl::data::make_spirals(4 * kGlobalBatch * kSteps, 3, 0.1f, 11);
-    b.x = nn::Tensor::zeros({rows, 2}, nn::DType::kF32, nn::MemoryCategory::kActivations);
-    b.y = nn::Tensor::zeros({rows}, nn::DType::kI32, nn::MemoryCategory::kActivations);
-    dtl::data::copy_rows(data, step * kGlobalBatch + begin, b.x.span<float>(), b.y.span<std::int32_t>());
-  } else {
-    b.x = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kActivations);
-    b.y = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kActivations);
-    dtl::data::copy_windows(corpus(), step * kGlobalBatch + begin, kContext, b.x.span<std::int32_t>(),
-                            b.y.span<std::int32_t>());
-  }
-  return b;
 }
 
 /// SGD with momentum or AdamW over the whole flat buffer.
@@ -123,7 +101,7 @@ class Optimizer {
 /// Forward and backward of rows [begin, end) of step `step`; gradients are added.
 inline void forward_backward(nn::Model& model, ModelKind kind, int step, std::int64_t begin, std::int64_t end) {
   nn::SoftmaxCrossEntropy ce;
-  const Batch b = make_batch(kind, step, begin, end);
+  const Batch b = make_batch(kind, step, kGlobalBatch, begin, end);
   ce.forward(model.forward(b.x), b.y);
   model.backward(ce.backward());
 }
@@ -247,25 +225,10 @@ inline std::string diagnose_factor(const std::vector<float>& initial, const std:
 /// runs' `initial` parameters, a failure also names a world-size factor (diagnose_factor()).
 inline ::testing::AssertionResult close_to_oracle(const std::vector<float>& expected, const std::vector<float>& got,
                                                   const std::string& what, const std::vector<float>& initial = {}) {
-  if (expected.size() != got.size()) {
-    return ::testing::AssertionFailure() << "rank " << comm().rank() << ": " << what << " has " << got.size()
-                                         << " parameters, the single-process run " << expected.size();
-  }
-  std::size_t wrong = 0, first = 0;
-  double worst = 0.0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double diff = std::abs(static_cast<double>(got[i]) - expected[i]);
-    worst = std::max(worst, diff);
-    if (!(diff <= kAbsTolerance + kRelTolerance * std::abs(expected[i]))) {
-      if (wrong++ == 0) first = i;
-    }
-  }
-  if (wrong == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << "rank " << comm().rank() << ", " << what << ": parameter element " << first << " is " << got[first]
-         << ", the single-process run (batch " << kGlobalBatch << ") has " << expected[first] << "; " << wrong
-         << " of " << got.size() << " elements differ by more than " << kAbsTolerance << " + " << kRelTolerance
-         << " |expected| (largest difference " << worst << ")" << diagnose_factor(initial, expected, got);
+  ::testing::AssertionResult result = dtl::testing::close_to(
+      expected, got, what, {kAbsTolerance, kRelTolerance}, "the single-process run, batch " + std::to_string(kGlobalBatch));
+  if (!result) result << diagnose_factor(initial, expected, got);
+  return result;
 }
 
 }  // namespace lab04_test

@@ -26,28 +26,9 @@
 #include "harness/error.h"
 #include "harness/nn/half.h"
 #include "lab05/mixed.h"
+#include "mixed_setup.h"
 
 namespace dtl::lab05 {
-namespace {
-
-void require_half(DType dtype, const char* function) {
-  DTL_REQUIRE_ARG(dtype == DType::kF16 || dtype == DType::kBF16, function, "dtype",
-                  std::string("is ") + dtype_name(dtype) + "; only f16 and bf16 are 16-bit floats");
-}
-
-// Widen one 16-bit element of `dtype` to float, and round a float back.
-float widen(DType dtype, std::uint16_t bits) {
-  return dtype == DType::kF16 ? nn::f16_bits_to_float(bits) : nn::bf16_bits_to_float(bits);
-}
-std::uint16_t narrow(DType dtype, float value) {
-  return dtype == DType::kF16 ? nn::float_to_f16_bits(value) : nn::float_to_bf16_bits(value);
-}
-
-}  // namespace
-
-const char* divide_placement_name(DividePlacement placement) {
-  return placement == DividePlacement::kPre ? "pre-divide" : "post-divide";
-}
 
 void reduce_half_sum(DType dtype, const void* in, void* inout, std::size_t count) {
   require_half(dtype, "reduce_half_sum");
@@ -69,11 +50,11 @@ void divide_half(DType dtype, void* buf, std::size_t count, float divisor) {
   throw dtl::NotImplemented("divide_half");
 }
 
-void allreduce_mean_half(Communicator& comm, void* buf, std::size_t count, DType dtype, DividePlacement placement) {
+void allreduce_mean_half(Communicator& backend, void* buf, std::size_t count, DType dtype, DividePlacement placement) {
   require_half(dtype, "allreduce_mean_half");
-  const auto world = static_cast<float>(comm.world_size());
+  const auto world = static_cast<float>(backend.world_size());
   // TODO(student): On return every rank's buf holds the mean over the W ranks, with the division placed
-  //   before or after a ReduceOp::kSum allreduce on `comm` as `placement` says (Note [Where
+  //   before or after a ReduceOp::kSum allreduce on `backend` as `placement` says (Note [Where
   //   to divide]), the allreduce waited for; with one rank buf is unchanged (handout Task A).
   throw dtl::NotImplemented("allreduce_mean_half");
 }

@@ -63,7 +63,7 @@ TEST_P(GpuHalf, WorkingCopyRoundsLikeTheGpu) {
   o.hooks = oracle_hooks();
   lab05::MixedPrecisionTrainer trainer(*backend_, model, o);
   for (int step = 0; step < 3; ++step) {
-    const Batch b = rank_batch(ModelKind::kMlp, step);
+    const Batch b = rank_batch(ModelKind::kMlp, step, kGlobalBatch, comm().rank(), comm().size());
     trainer.step(b.x, b.y);
   }
   const auto master = trainer.master().span<float>();
@@ -90,10 +90,10 @@ TEST_P(GpuHalf, ForwardWithWorkingWeightsMatchesTheCpu) {
   o.scaler = {.mode = lab05::ScalingMode::kNone};
   o.hooks = oracle_hooks();
   lab05::MixedPrecisionTrainer trainer(*backend_, model, o);
-  const Batch b0 = rank_batch(ModelKind::kMlp, 0);
+  const Batch b0 = rank_batch(ModelKind::kMlp, 0, kGlobalBatch, comm().rank(), comm().size());
   trainer.step(b0.x, b0.y);
   // The CPU forward of the next batch: the model's compute values are widen(working).
-  const Batch b = rank_batch(ModelKind::kMlp, 1);
+  const Batch b = rank_batch(ModelKind::kMlp, 1, kGlobalBatch, comm().rank(), comm().size());
   const nn::Tensor& cpu_logits = model.forward(b.x);
   // The same on the GPU from the working copy: per Linear, y = x W^T + b, then ReLU
   // except for the head. The working copy is flat in parameter order.

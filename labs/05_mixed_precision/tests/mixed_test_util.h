@@ -1,4 +1,6 @@
-// What lab 05's tests share: the models and their data, the fp32 single-process
+// What lab 05's tests share: the models at this lab's sizes (their kinds and batches
+// are every training lab's: harness/testing/training_fixtures.h,
+// datasets/test_batches.h), the fp32 single-process
 // oracle (harness/nn only: no code under test), oracles for the pieces a step
 // takes from tasks A and B (the hooks that task C's tests give the trainer),
 // the backend, and bit comparisons.
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "datasets/datasets.h"
+#include "datasets/test_batches.h"
 #include "datasets/test_data.h"
 #include "harness/comm/communicator.h"
 #include "harness/nn/half.h"
@@ -30,6 +33,7 @@
 #include "harness/nn/model.h"
 #include "harness/nn/optim.h"
 #include "harness/testing/mpi_test.h"
+#include "harness/testing/training_fixtures.h"
 #include "lab05/mixed.h"
 
 namespace lab05_test {
@@ -39,44 +43,24 @@ namespace nn = dtl::nn;
 namespace lab05 = dtl::lab05;
 
 inline constexpr std::int64_t kGlobalBatch = 24;  // divisible by 1, 2, 3, 4 and 6
-inline constexpr std::int64_t kContext = 8;
 inline constexpr std::int64_t kChannels = 16;
 
-enum class ModelKind { kMlp, kGpt };
-inline const char* model_name(ModelKind m) { return m == ModelKind::kMlp ? "mlp" : "gpt"; }
-inline void PrintTo(ModelKind m, std::ostream* os) { *os << model_name(m); }
-inline void PrintTo(lab05::Precision p, std::ostream* os) { *os << lab05::precision_name(p); }
-
-using dtl::data::testing::corpus;   // datasets/test_data.h: the same rows in every lab's tests
+// The shared fixtures (harness/testing/training_fixtures.h, datasets/test_batches.h).
+using dtl::testing::Batch;
+using dtl::testing::bytes_of;
+using dtl::testing::ModelKind;
+using dtl::testing::model_name;
+using dtl::data::testing::corpus;  // datasets/test_data.h: the same rows in every lab's tests
+using dtl::data::testing::kContext;
+using dtl::data::testing::make_batch;
+using dtl::data::testing::rank_batch;
 using dtl::data::testing::spirals;
+
+inline void PrintTo(lab05::Precision p, std::ostream* os) { *os << lab05::precision_name(p); }
 
 inline nn::Model make_model(ModelKind kind, std::uint64_t seed) {
   if (kind == ModelKind::kMlp) return nn::make_mlp(2, 32, 3, 2, seed);
   return nn::make_gpt(static_cast<std::int64_t>(corpus().vocab.size()), kContext, kChannels, 2, 2, seed);
-}
-
-/// Rows [begin, end) of step `step`'s global batch: inputs and targets.
-struct Batch {
-  nn::Tensor x, y;
-};
-
-inline Batch make_batch(ModelKind kind, int step, std::int64_t begin, std::int64_t end, float input_scale = 1.0f) {
-  const std::int64_t rows = end - begin;
-  Batch b;
-  if (kind == ModelKind::kMlp) {
-    b.x = nn::Tensor::zeros({rows, 2}, nn::DType::kF32, nn::MemoryCategory::kActivations);
-    b.y = nn::Tensor::zeros({rows}, nn::DType::kI32, nn::MemoryCategory::kActivations);
-    dtl::data::copy_rows(spirals(), step * kGlobalBatch + begin, b.x.span<float>(), b.y.span<std::int32_t>());
-    if (input_scale != 1.0f) {
-      for (float& v : b.x.span<float>()) v *= input_scale;
-    }
-  } else {
-    b.x = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kActivations);
-    b.y = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kActivations);
-    dtl::data::copy_windows(corpus(), step * kGlobalBatch + begin, kContext, b.x.span<std::int32_t>(),
-                            b.y.span<std::int32_t>());
-  }
-  return b;
 }
 
 // eps 1e-2, not AdamW's default 1e-8: with a tiny eps the update m / (sqrt(v) + eps)
@@ -94,19 +78,13 @@ inline std::vector<double> fp32_losses(ModelKind kind, std::uint64_t seed, int s
   nn::SoftmaxCrossEntropy ce;
   std::vector<double> losses;
   for (int step = 0; step < steps; ++step) {
-    const Batch b = make_batch(kind, step, 0, kGlobalBatch);
+    const Batch b = make_batch(kind, step, kGlobalBatch, 0, kGlobalBatch);
     model.zero_grad();
     losses.push_back(ce.forward(model.forward(b.x), b.y));
     model.backward(ce.backward());
     adam.step(values.span<float>(), grads.span<float>());
   }
   return losses;
-}
-
-/// This rank's rows of step `step`.
-inline Batch rank_batch(ModelKind kind, int step, float input_scale = 1.0f) {
-  const std::int64_t b = kGlobalBatch / comm().size();
-  return make_batch(kind, step, comm().rank() * b, (comm().rank() + 1) * b, input_scale);
 }
 
 /// The backend every test uses: Open MPI with the 16-bit sum of task A.
@@ -212,13 +190,6 @@ inline lab05::StepHooks oracle_hooks() {
   hooks.average = oracle_average;
   hooks.make_scaler = [](const lab05::LossScalerOptions& o) { return std::make_unique<OracleScaler>(o); };
   return hooks;
-}
-
-/// The bits of a tensor's elements (any dtype), for exact comparisons.
-inline std::vector<std::uint8_t> bytes_of(const nn::Tensor& t) {
-  std::vector<std::uint8_t> out(static_cast<std::size_t>(t.bytes()));
-  if (!out.empty()) std::memcpy(out.data(), t.raw(), out.size());
-  return out;
 }
 
 /// Whether `mine` equals rank 0's bytes, on this rank (collective: a broadcast of rank 0's).

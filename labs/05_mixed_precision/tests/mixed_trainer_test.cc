@@ -69,7 +69,7 @@ TEST_P(LossCurve, StaysWithinToleranceOfFp32) {
   lab05::MixedPrecisionTrainer trainer(*backend_, model, options_for(c.precision));
   double worst = 0.0;
   for (int step = 0; step < kCurveSteps; ++step) {
-    const Batch b = rank_batch(c.model, step);
+    const Batch b = rank_batch(c.model, step, kGlobalBatch, comm().rank(), comm().size());
     const lab05::StepResult r = trainer.step(b.x, b.y);
     const double gap = std::abs(r.loss - expected[static_cast<std::size_t>(step)]);
     worst = std::max(worst, gap);
@@ -93,7 +93,7 @@ TEST(MixedStep, WorkingIsMasterRoundedAndGradientsAreBucketed) {
   for (lab05::Precision p : {lab05::Precision::kF16, lab05::Precision::kBF16}) {
     nn::Model model = make_model(ModelKind::kMlp, 5);
     lab05::MixedPrecisionTrainer trainer(*backend_, model, options_for(p));
-    const Batch b = rank_batch(ModelKind::kMlp, 0);
+    const Batch b = rank_batch(ModelKind::kMlp, 0, kGlobalBatch, comm().rank(), comm().size());
     const lab05::StepResult r = trainer.step(b.x, b.y);
     nn::Tensor rounded = nn::Tensor::zeros({trainer.master().numel()}, lab05::precision_dtype(p), nn::MemoryCategory::kOther);
     nn::convert(rounded, trainer.master());
@@ -150,7 +150,7 @@ TEST(MixedStep, MasterKeepsUpdatesBelowThe16BitSpacing) {
     nn::AdamW opt(adam, values.numel());
     nn::SoftmaxCrossEntropy ce;
     for (int step = 0; step < kSteps; ++step) {
-      const Batch b = make_batch(ModelKind::kMlp, step, 0, kGlobalBatch);
+      const Batch b = make_batch(ModelKind::kMlp, step, kGlobalBatch, 0, kGlobalBatch);
       oracle.zero_grad();
       ce.forward(oracle.forward(b.x), b.y);
       oracle.backward(ce.backward());
@@ -163,7 +163,7 @@ TEST(MixedStep, MasterKeepsUpdatesBelowThe16BitSpacing) {
   o.adamw = adam;
   lab05::MixedPrecisionTrainer trainer(*backend_, model, o);
   for (int step = 0; step < kSteps; ++step) {
-    const Batch b = rank_batch(ModelKind::kMlp, step);
+    const Batch b = rank_batch(ModelKind::kMlp, step, kGlobalBatch, comm().rank(), comm().size());
     trainer.step(b.x, b.y);
   }
   std::int64_t considered = 0, kept = 0;
@@ -205,7 +205,7 @@ TEST(MixedMemory, BytesPerCategoryAreTheClosedForm) {
           EXPECT_EQ(delta(C::kGradients), (half ? 2 : 4) * n) << what << ", step " << step;
           EXPECT_EQ(delta(C::kOptimizerState), (half ? 4 + 8 : 8) * n) << what << ", step " << step;
           EXPECT_EQ(delta(C::kOther), (half ? 8 : 0) * n) << what << ", step " << step;
-          const Batch b = rank_batch(kind, step);
+          const Batch b = rank_batch(kind, step, kGlobalBatch, comm().rank(), comm().size());
           trainer.step(b.x, b.y);
         }
         if (comm().rank() == 0 && kind == ModelKind::kGpt) {
@@ -235,7 +235,7 @@ TEST(MixedOverflow, SkippedOnEveryRankAndTheScaleFollowsTheClosedForm) {
   lab05::MixedPrecisionTrainer trainer(*backend_, model, o);
   const std::vector<float> scales = {1024, 1024, 1024, 2048, 2048, 1024, 1024, 1024, 2048};
   for (int step = 0; step < 9; ++step) {
-    const Batch b = rank_batch(ModelKind::kMlp, step, step == 4 && comm().rank() == last ? 1e6f : 1.0f);
+    const Batch b = rank_batch(ModelKind::kMlp, step, kGlobalBatch, comm().rank(), comm().size(), step == 4 && comm().rank() == last ? 1e6f : 1.0f);
     const std::vector<std::uint8_t> master = bytes_of(trainer.master()), working = bytes_of(trainer.working()),
                                     m = bytes_of(trainer.optimizer().m());
     const lab05::StepResult r = trainer.step(b.x, b.y);
@@ -265,7 +265,7 @@ TEST(MixedOverflow, Bf16DoesNotOverflowOnTheSameInputs) {
   lab05::MixedOptions o = options_for(lab05::Precision::kBF16);
   o.scaler = {.mode = lab05::ScalingMode::kDynamic, .init_scale = 1024.0f, .growth_interval = 3};
   lab05::MixedPrecisionTrainer trainer(*backend_, model, o);
-  const Batch b = rank_batch(ModelKind::kMlp, 4, 1e6f);
+  const Batch b = rank_batch(ModelKind::kMlp, 4, kGlobalBatch, comm().rank(), comm().size(), 1e6f);
   const lab05::StepResult r = trainer.step(b.x, b.y);
   EXPECT_FALSE(r.skipped);
   EXPECT_EQ(r.rounding.overflow, 0);
@@ -289,7 +289,7 @@ TEST(MixedUnderflow, WithoutScalingSmallGradientsUnderflow) {
     nn::convert(rounded, values);
     nn::convert(values, rounded);
     nn::SoftmaxCrossEntropy ce;
-    const Batch b = rank_batch(ModelKind::kMlp, 0, input_scale);
+    const Batch b = rank_batch(ModelKind::kMlp, 0, kGlobalBatch, comm().rank(), comm().size(), input_scale);
     ce.forward(reference.forward(b.x), b.y);
     reference.backward(ce.backward(scale));
     std::int64_t nonzero = 0, underflow = 0;
@@ -462,7 +462,7 @@ TEST(Together, YourWholeStepMatchesOneFp32Process) {
     }
     lab05::MixedPrecisionTrainer trainer(*backend_, model, o);
     for (int step = 0; step < kCurveSteps; ++step) {
-      const Batch b = rank_batch(c.model, step);
+      const Batch b = rank_batch(c.model, step, kGlobalBatch, comm().rank(), comm().size());
       const lab05::StepResult r = trainer.step(b.x, b.y);
       const float scale = c.precision == lab05::Precision::kF16 ? std::ldexp(1.0f, 8 + step / 2) : 1.0f;
       EXPECT_EQ(r.scale, scale) << what << ", step " << step;
@@ -489,7 +489,7 @@ TEST(Together, AnOverflowOnOneRankSkipsOnEveryRank) {
   const int last = comm().size() - 1;
   const std::vector<float> scales = {1024, 1024, 1024, 512, 512, 512, 1024};
   for (int step = 0; step < 7; ++step) {
-    const Batch b = rank_batch(ModelKind::kMlp, step, step == 2 && comm().rank() == last ? 1e6f : 1.0f);
+    const Batch b = rank_batch(ModelKind::kMlp, step, kGlobalBatch, comm().rank(), comm().size(), step == 2 && comm().rank() == last ? 1e6f : 1.0f);
     const std::vector<std::uint8_t> master = bytes_of(trainer.master());
     const lab05::StepResult r = trainer.step(b.x, b.y);
     EXPECT_EQ(r.scale, scales[static_cast<std::size_t>(step)]) << "step " << step;

@@ -167,23 +167,23 @@ Manifest read_manifest(const std::string& path) {
   return m;
 }
 
-void agree_or_throw(Communicator& comm, const std::string& error) {
+void agree_or_throw(Communicator& backend, const std::string& error) {
   // Which ranks failed: one int per rank, summed (every rank knows the size in advance).
-  const int size = comm.world_size();
+  const int size = backend.world_size();
   std::vector<std::int32_t> failed(static_cast<std::size_t>(size), 0);
-  failed[static_cast<std::size_t>(comm.rank())] = error.empty() ? 0 : 1;
-  comm.allreduce_blocking(std::span<std::int32_t>(failed), ReduceOp::kSum);
+  failed[static_cast<std::size_t>(backend.rank())] = error.empty() ? 0 : 1;
+  backend.allreduce_blocking(std::span<std::int32_t>(failed), ReduceOp::kSum);
   int first = -1;
   for (int r = 0; r < size && first < 0; ++r) {
     if (failed[static_cast<std::size_t>(r)] != 0) first = r;
   }
   if (first < 0) return;
   // The first failing rank's message, to everyone: its length, then its bytes in int32 words.
-  std::int32_t length = comm.rank() == first ? static_cast<std::int32_t>(error.size()) : 0;
-  comm.broadcast_blocking(std::span<std::int32_t>(&length, 1), first);
+  std::int32_t length = backend.rank() == first ? static_cast<std::int32_t>(error.size()) : 0;
+  backend.broadcast_blocking(std::span<std::int32_t>(&length, 1), first);
   std::vector<std::int32_t> words((static_cast<std::size_t>(length) + 3) / 4, 0);
-  if (comm.rank() == first) std::memcpy(words.data(), error.data(), error.size());
-  comm.broadcast_blocking(std::span<std::int32_t>(words), first);
+  if (backend.rank() == first) std::memcpy(words.data(), error.data(), error.size());
+  backend.broadcast_blocking(std::span<std::int32_t>(words), first);
   std::string message(reinterpret_cast<const char*>(words.data()), static_cast<std::size_t>(length));
   throw CheckpointError("rank " + std::to_string(first) + ": " + message);
 }

@@ -25,7 +25,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <span>
 #include <string>
@@ -35,41 +34,12 @@
 #include "harness/error.h"
 #include "harness/nn/half.h"
 #include "lab06/fsdp.h"
+#include "trainer_setup.h"
 
 namespace dtl::lab06 {
 
-const char* sharding_mode_name(ShardingMode mode) {
-  switch (mode) {
-    case ShardingMode::kZero1: return "zero1";
-    case ShardingMode::kZero2: return "zero2";
-    case ShardingMode::kFsdp: return "fsdp";
-  }
-  return "?";
-}
-
-namespace {
-
-// A layout that does not describe the unit's parameters sharded W ways: the reason, or "".
-std::string layout_mismatch(const FlatLayout& layout, const std::vector<std::int64_t>& numels, int world_size) {
-  if (layout.world_size != world_size) {
-    return "is for world size " + std::to_string(layout.world_size) + ", the communicator has " +
-           std::to_string(world_size);
-  }
-  if (layout.numels != numels) return "lists other parameter sizes than the unit's";
-  std::int64_t numel = 0;
-  for (const std::int64_t n : numels) numel += n;
-  if (layout.numel != numel || layout.padded < numel || layout.padded % world_size != 0 ||
-      layout.shard * world_size != layout.padded || layout.padded - numel >= world_size) {
-    return "has numel " + std::to_string(layout.numel) + ", padded " + std::to_string(layout.padded) + ", shard " +
-           std::to_string(layout.shard) + " for " + std::to_string(numel) + " elements";
-  }
-  return "";
-}
-
-}  // namespace
-
-ShardedTrainer::ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOptions options)
-    : comm_(comm), model_(model), options_(std::move(options)), scale_(options_.loss_scale) {
+ShardedTrainer::ShardedTrainer(Communicator& backend, nn::Model& model, ShardedOptions options)
+    : backend_(backend), model_(model), options_(std::move(options)), scale_(options_.loss_scale) {
   const char* fn = "ShardedTrainer";
   const bool fsdp = options_.mode == ShardingMode::kFsdp;
   const nn::DType pd = options_.param_dtype;
@@ -93,7 +63,7 @@ ShardedTrainer::ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOpti
   DTL_REQUIRE_ARG(options_.layouts.empty() || static_cast<int>(options_.layouts.size()) == units, fn,
                   "options.layouts",
                   "has " + std::to_string(options_.layouts.size()) + " layouts for " + std::to_string(units) + " units");
-  const int world = comm.world_size();
+  const int world = backend.world_size();
   units_.resize(static_cast<std::size_t>(units));
   for (int u = 0; u < units; ++u) {
     UnitState& st = units_[static_cast<std::size_t>(u)];
@@ -146,35 +116,6 @@ ShardedTrainer::ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOpti
     if (fsdp) free_params(u);
     observe("post_backward", u);
   };
-}
-
-ShardedTrainer::~ShardedTrainer() {
-  model_.hooks() = {};
-  for (UnitState& st : units_) {
-    try {
-      st.gather.wait();
-      st.reduce.wait();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "~ShardedTrainer: unit '%s': %s\n", st.name.c_str(), e.what());
-    }
-  }
-}
-
-void ShardedTrainer::set_steps(std::int64_t steps) {
-  DTL_REQUIRE_ARG(steps >= 0, "ShardedTrainer::set_steps", "steps", "is negative");
-  steps_ = steps;
-  for (UnitState& st : units_) {
-    if (st.adamw) st.adamw->set_steps(steps);
-  }
-}
-
-double ShardedTrainer::wait_timed(Work& work, const std::string& what) {
-  const double begin = clock_seconds();
-  work.wait();
-  const double waited = clock_seconds() - begin;
-  current_.exposed_seconds += waited;
-  if (options_.timeline) options_.timeline->add_work("comm", work, what);
-  return waited;
 }
 
 void ShardedTrainer::before_backward_grads(int u) {

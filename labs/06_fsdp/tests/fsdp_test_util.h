@@ -1,4 +1,6 @@
-// What lab 06's tests share: the models and their data, the single-process fp32
+// What lab 06's tests share: the models at this lab's sizes (their kinds, batches and
+// the comparison are every training lab's: harness/testing/training_fixtures.h,
+// datasets/test_batches.h), the single-process fp32
 // oracle, layouts and closed forms worked out here (not by the code under test),
 // the vendor all-gather of the shards, the backends, and a scratch folder for
 // checkpoints (the communicator that records what passes through it is
@@ -36,6 +38,7 @@
 #include <vector>
 
 #include "datasets/datasets.h"
+#include "datasets/test_batches.h"
 #include "datasets/test_data.h"
 #include "harness/comm/communicator.h"
 #include "harness/comm/emulated_communicator.h"
@@ -46,6 +49,7 @@
 #include "harness/nn/optim.h"
 #include "harness/testing/mpi_test.h"
 #include "harness/testing/recording_communicator.h"
+#include "harness/testing/training_fixtures.h"
 #include "lab06/fsdp.h"
 
 namespace lab06_test {
@@ -57,60 +61,29 @@ namespace lab06 = dtl::lab06;
 
 inline constexpr std::int64_t kGlobalBatch = 12;  // divisible by 1, 2, 3, 4 and 6 (5: hidden tests use 10 or 20)
 inline constexpr int kSteps = 3;
-inline constexpr double kAbsTolerance = 2e-5;  // |sharded - oracle| <= kAbsTolerance + kRelTolerance |oracle|
-inline constexpr double kRelTolerance = 1e-4;
+// |sharded - oracle| <= 2e-5 + 1e-4 |oracle|: dtl::testing::close_to()'s default Tolerance.
+
+inline constexpr std::int64_t kChannels = 16;
+
+// The shared fixtures (harness/testing/training_fixtures.h, datasets/test_batches.h);
+// this lab sweeps kOddMlp and kGpt.
+using dtl::testing::Batch;
+using dtl::testing::bytes_of;
+using dtl::testing::close_to;
+using dtl::testing::ModelKind;
+using dtl::testing::model_name;
+using dtl::testing::opt_name;
+using dtl::testing::OptKind;
+using dtl::data::testing::corpus;  // datasets/test_data.h: the same rows in every lab's tests
+using dtl::data::testing::kContext;
+using dtl::data::testing::make_batch;
+using dtl::data::testing::rank_batch;
 
 // kOddMlp: units fc0, fc1, head of 21, 56 and 24 parameters (101 in all, a prime):
 // at every W from 2 to 6 at least one unit is padded. kGpt: embed, block0, block1, head.
-enum class ModelKind { kOddMlp, kGpt };
-enum class OptKind { kSgd, kAdamW };
-inline const char* model_name(ModelKind m) { return m == ModelKind::kOddMlp ? "mlp" : "gpt"; }
-inline const char* opt_name(OptKind o) { return o == OptKind::kSgd ? "sgd" : "adamw"; }
-inline void PrintTo(ModelKind m, std::ostream* os) { *os << model_name(m); }
-inline void PrintTo(OptKind o, std::ostream* os) { *os << opt_name(o); }
-
-inline constexpr std::int64_t kContext = 8;
-inline constexpr std::int64_t kChannels = 16;
-
-using dtl::data::testing::corpus;   // datasets/test_data.h: the same rows in every lab's tests
-using dtl::data::testing::spirals;
-
 inline nn::Model make_model(ModelKind kind, std::uint64_t seed) {
   if (kind == ModelKind::kOddMlp) return nn::make_mlp(2, 7, 3, 2, seed);
   return nn::make_gpt(static_cast<std::int64_t>(corpus().vocab.size()), kContext, kChannels, 2, 2, seed);
-}
-
-struct Batch {
-  nn::Tensor x, y;
-};
-
-/// Rows [begin, end) of step `step`'s global batch (of `global` rows); `input_scale`
-/// multiplies the MLP's inputs (crafted overflows).
-inline Batch make_batch(ModelKind kind, int step, std::int64_t begin, std::int64_t end,
-                        std::int64_t global = kGlobalBatch, float input_scale = 1.0f) {
-  const std::int64_t rows = end - begin;
-  Batch b;
-  if (kind == ModelKind::kOddMlp) {
-    b.x = nn::Tensor::zeros({rows, 2}, nn::DType::kF32, nn::MemoryCategory::kActivations);
-    b.y = nn::Tensor::zeros({rows}, nn::DType::kI32, nn::MemoryCategory::kActivations);
-    dtl::data::copy_rows(spirals(), step * global + begin, b.x.span<float>(), b.y.span<std::int32_t>());
-    if (input_scale != 1.0f) {
-      for (float& v : b.x.span<float>()) v *= input_scale;
-    }
-  } else {
-    b.x = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kActivations);
-    b.y = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kActivations);
-    dtl::data::copy_windows(corpus(), step * global + begin, kContext, b.x.span<std::int32_t>(),
-                            b.y.span<std::int32_t>());
-  }
-  return b;
-}
-
-/// This rank's rows of step `step` when `size` ranks share the global batch.
-inline Batch rank_batch(ModelKind kind, int step, int rank, int size, std::int64_t global = kGlobalBatch,
-                        float input_scale = 1.0f) {
-  const std::int64_t b = global / size;
-  return make_batch(kind, step, rank * b, (rank + 1) * b, global, input_scale);
 }
 
 inline const nn::SgdOptions kSgd{.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.0f};
@@ -127,7 +100,7 @@ inline std::vector<float> single_process(ModelKind kind, OptKind opt, std::uint6
   nn::AdamW adam(kAdamW, values.numel());
   nn::SoftmaxCrossEntropy ce;
   for (int step = 0; step < steps; ++step) {
-    const Batch b = make_batch(kind, step, 0, global, global);
+    const Batch b = make_batch(kind, step, global, 0, global);
     model.zero_grad();
     ce.forward(model.forward(b.x), b.y);
     model.backward(ce.backward());
@@ -229,31 +202,6 @@ inline std::vector<float> gathered_parameters(const lab06::ShardedTrainer& train
   return out;
 }
 
-/// The run's parameters against the oracle's, within the stated tolerance.
-inline ::testing::AssertionResult close_to_oracle(const std::vector<float>& expected, const std::vector<float>& got,
-                                                  const std::string& what, double abs_tol = kAbsTolerance,
-                                                  double rel_tol = kRelTolerance) {
-  if (expected.size() != got.size()) {
-    return ::testing::AssertionFailure() << "rank " << comm().rank() << ": " << what << " has " << got.size()
-                                         << " parameters, the single-process run " << expected.size();
-  }
-  std::size_t wrong = 0, first = 0;
-  double worst = 0.0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double diff = std::abs(static_cast<double>(got[i]) - expected[i]);
-    worst = std::max(worst, std::isnan(diff) ? INFINITY : diff);
-    if (!(diff <= abs_tol + rel_tol * std::abs(expected[i]))) {
-      if (wrong++ == 0) first = i;
-    }
-  }
-  if (wrong == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "rank " << comm().rank() << ", " << what << ": parameter element " << first
-                                       << " is " << got[first] << ", the single-process run (batch " << kGlobalBatch
-                                       << ") has " << expected[first] << "; " << wrong << " of " << got.size()
-                                       << " elements differ by more than " << abs_tol << " + " << rel_tol
-                                       << " |expected| (largest difference " << worst << ")";
-}
-
 /// Open MPI on a communication thread (the default backend of the tests).
 inline std::unique_ptr<dtl::Communicator> mpi_backend(MPI_Comm parent) {
   return std::make_unique<dtl::MpiCommunicator>(parent, dtl::MpiMode::kThread);
@@ -273,17 +221,10 @@ inline std::vector<float> run_saving_halfway(ModelKind kind, int half, const std
   lab06::ShardedTrainer trainer(*backend, model, options(model));
   for (int step = 0; step < 2 * half; ++step) {
     if (step == half) lab06::save_checkpoint(trainer, dir);
-    const Batch b = rank_batch(kind, step, comm().rank(), comm().size());
+    const Batch b = rank_batch(kind, step, kGlobalBatch, comm().rank(), comm().size());
     trainer.step(b.x, b.y);
   }
   return gathered_parameters(trainer, comm());
-}
-
-/// The bytes of a tensor's elements, for exact comparisons.
-inline std::vector<std::uint8_t> bytes_of(const nn::Tensor& t) {
-  std::vector<std::uint8_t> out(static_cast<std::size_t>(t.bytes()));
-  if (!out.empty()) std::memcpy(out.data(), t.raw(), out.size());
-  return out;
 }
 
 /// A folder for checkpoints, made by rank 0 under $TMPDIR (or /tmp) and shared with

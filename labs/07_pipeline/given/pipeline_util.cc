@@ -1,5 +1,6 @@
 // Lab 07, given (not a task; compiled into both builds): micro-batch rows and
-// views, the text of a schedule, and the bubble's closed form.
+// views, the text of a schedule, the bubble's closed form, and the WeightStash's
+// constructor.
 //
 // What this file teaches: a micro-batch is a *view* of the batch, not a copy.
 // Tensors are contiguous and row-major, so rows [b, b + r) of a (B, ...) tensor
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "harness/error.h"
 #include "lab07/pipeline.h"
@@ -56,6 +58,11 @@ nn::Tensor row_view(const nn::Tensor& t, RowRange range) {
                       ") are not inside the " + std::to_string(batch) + " rows of t");
   const std::int64_t per_row = batch == 0 ? 0 : t.numel() / batch;
   return t.view(range.begin * per_row, with_rows(t.shape(), range.rows));
+}
+
+WeightStash::WeightStash(nn::Tensor weights) : weights_(std::move(weights)) {
+  DTL_REQUIRE_ARG(weights_.defined() && weights_.dtype() == nn::DType::kF32, "WeightStash", "weights",
+                  "must be a defined f32 tensor (the stage's flat values)");
 }
 
 }  // namespace dtl::lab07

@@ -25,29 +25,29 @@ TEST(Grid, RanksAndGroups) {
   for (int P = 1; P <= W; ++P) {
     if (W % P != 0) continue;
     lab07::Grid grid = lab07::make_grid(comm(), P);
-    EXPECT_EQ(grid.stages, P);
+    EXPECT_EQ(grid.model_size, P);
     EXPECT_EQ(grid.replicas, W / P);
-    EXPECT_EQ(grid.stage, r % P);
+    EXPECT_EQ(grid.model_rank, r % P);
     EXPECT_EQ(grid.replica, r / P);
-    EXPECT_EQ(grid.pipeline.size(), P);
-    EXPECT_EQ(grid.pipeline.rank(), r % P) << "rank in the pipeline must be the stage";
-    EXPECT_EQ(grid.data.size(), W / P);
-    EXPECT_EQ(grid.data.rank(), r / P) << "rank in the data group must be the replica";
+    EXPECT_EQ(grid.model_group.size(), P);
+    EXPECT_EQ(grid.model_group.rank(), r % P) << "rank in the pipeline must be the stage";
+    EXPECT_EQ(grid.data_group.size(), W / P);
+    EXPECT_EQ(grid.data_group.rank(), r / P) << "rank in the data group must be the replica";
     // Who is in my data group: the world ranks of the same stage.
     std::vector<int> members(static_cast<std::size_t>(W / P));
-    MPI_Allgather(&r, 1, MPI_INT, members.data(), 1, MPI_INT, grid.data);
+    MPI_Allgather(&r, 1, MPI_INT, members.data(), 1, MPI_INT, grid.data_group);
     for (int d = 0; d < W / P; ++d) EXPECT_EQ(members[static_cast<std::size_t>(d)], d * P + r % P);
   }
 }
 
-TEST(Grid, StagesThatDoNotDivideTheWorldAreRefused) {
+TEST(Grid, ModelSizesThatDoNotDivideTheWorldAreRefused) {
   const int W = comm().size();
   for (int bad : {0, W + 1}) {
     try {
       lab07::make_grid(comm(), bad);
-      ADD_FAILURE() << "make_grid(world of " << W << ", stages = " << bad << ") did not throw";
+      ADD_FAILURE() << "make_grid(world of " << W << ", model_size = " << bad << ") did not throw";
     } catch (const dtl::InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("stages"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("model_size"), std::string::npos) << e.what();
     }
   }
 }
@@ -58,22 +58,22 @@ void expect_grid_equals_one_process(ModelKind kind, int P) {
   const int D = grid.replicas;
   const std::int64_t rows = kGlobal / D;
   nn::Model whole = make_model(kind, 3);
-  const nn::Stage stage = stage_of(whole, even_cut(5, P), grid.stage, input_shape(kind, rows));
+  const nn::Stage stage = stage_of(whole, even_cut(5, P), grid.model_rank, input_shape(kind, rows));
   nn::Model model = std::move(whole).slice(stage.begin, stage.end);
   const nn::Tensor values = model.flatten_values();
   const nn::Tensor grads = model.flatten_grads();
   nn::Sgd sgd(kSgd, values.numel());
-  dtl::MpiCommunicator data(grid.data, dtl::MpiMode::kThread);
+  dtl::MpiCommunicator data(grid.data_group, dtl::MpiMode::kThread);
   constexpr int kSteps = 3;
   for (int step = 0; step < kSteps; ++step) {
     const Batch b = make_batch(kind, step, kGlobal, grid.replica * rows, (grid.replica + 1) * rows);
-    naive_step(grid.pipeline, model, stage, b);
-    lab07::allreduce_stage_gradients(data, model);
+    naive_step(grid.model_group, model, stage, b);
+    lab07::allreduce_data_parallel_gradients(data, model);
     sgd.step(values.span<float>(), grads.span<float>());
   }
   const Oracle oracle = run_oracle(kind, 3, kSteps, kGlobal);
   EXPECT_TRUE(close_to(unit_values(oracle.model, stage.begin, stage.end), values_of(model),
-                       "stage " + std::to_string(grid.stage) + " of replica " + std::to_string(grid.replica) +
+                       "stage " + std::to_string(grid.model_rank) + " of replica " + std::to_string(grid.replica) +
                            " (" + std::to_string(D) + " x " + std::to_string(P) + " on " + std::to_string(W) +
                            " ranks)"));
 }
@@ -91,12 +91,12 @@ TEST(Grid, PipelinesTimesDataParallelEqualOneProcess) {
 TEST(Grid, UnflattenedGradientsAreAveragedToo) {
   const int W = comm().size(), r = comm().rank();
   lab07::Grid grid = lab07::make_grid(comm(), 1);  // W replicas of one stage
-  dtl::MpiCommunicator data(grid.data, dtl::MpiMode::kThread);
+  dtl::MpiCommunicator data(grid.data_group, dtl::MpiMode::kThread);
   nn::Model model = make_model(ModelKind::kMlp, 3);
   for (nn::Parameter* p : model.parameters()) {
     for (float& g : p->grad.span<float>()) g = static_cast<float>(r + 1);
   }
-  lab07::allreduce_stage_gradients(data, model);
+  lab07::allreduce_data_parallel_gradients(data, model);
   const float mean = static_cast<float>(W + 1) / 2.0f;  // (1 + 2 + ... + W) / W
   for (const nn::Parameter* p : model.parameters()) {
     for (float g : p->grad.span<float>()) {

@@ -1,6 +1,8 @@
-// What lab 07's tests share: the models and their data, the single-process
+// What lab 07's tests share: the models at this lab's sizes, the single-process
 // oracle (harness/nn only: no code under test), the test's own stage cuts and
-// closed-form schedules, and tolerant comparisons.
+// closed-form schedules. The model kinds, the batches and the tolerant comparison
+// are every training lab's (harness/testing/training_fixtures.h,
+// datasets/test_batches.h).
 //
 // The oracle runs inside every rank on the whole batch; the pipeline under test
 // splits the model into the test's stages (never the student's balance_stages())
@@ -24,11 +26,13 @@
 #include <vector>
 
 #include "datasets/datasets.h"
+#include "datasets/test_batches.h"
 #include "datasets/test_data.h"
 #include "harness/nn/layers.h"
 #include "harness/nn/model.h"
 #include "harness/nn/optim.h"
 #include "harness/testing/mpi_test.h"
+#include "harness/testing/training_fixtures.h"
 #include "lab07/pipeline.h"
 
 namespace lab07_test {
@@ -39,16 +43,18 @@ namespace lab07 = dtl::lab07;
 using lab07::Action;
 using lab07::Pass;
 
-inline constexpr std::int64_t kContext = 8;
-
-enum class ModelKind { kMlp, kGpt };
-inline const char* model_name(ModelKind m) { return m == ModelKind::kMlp ? "mlp" : "gpt"; }
+// The shared fixtures (harness/testing/training_fixtures.h, datasets/test_batches.h);
+// this lab sweeps kMlp and kGpt.
+using dtl::testing::Batch;
+using dtl::testing::close_to;  // |got - want| <= 2e-5 + 1e-4 |want|: see run_oracle()
+using dtl::testing::ModelKind;
+using dtl::testing::model_name;
+using dtl::data::testing::corpus;  // datasets/test_data.h: the same rows in every lab's tests
+using dtl::data::testing::kContext;
+using dtl::data::testing::make_batch;
 
 enum class Order { kGPipe, kOneFOneB };
 inline const char* order_name(Order o) { return o == Order::kGPipe ? "gpipe" : "1f1b"; }
-
-using dtl::data::testing::corpus;   // datasets/test_data.h: the same rows in every lab's tests
-using dtl::data::testing::spirals;
 
 /// The models: `units` units each (MLP: fc0..fc{units-2}, head; GPT: embed, blocks, head), `width`
 /// hidden features (MLP) or channels (GPT).
@@ -59,27 +65,6 @@ inline nn::Model make_model(ModelKind kind, std::uint64_t seed, int units = 5, s
 
 inline nn::Shape input_shape(ModelKind kind, std::int64_t rows) {
   return kind == ModelKind::kMlp ? nn::Shape{rows, 2} : nn::Shape{rows, kContext};
-}
-
-struct Batch {
-  nn::Tensor x, y;
-};
-
-/// Rows [begin, end) of step `step`'s global batch of `global` rows.
-inline Batch make_batch(ModelKind kind, int step, std::int64_t global, std::int64_t begin, std::int64_t end) {
-  const std::int64_t rows = end - begin;
-  Batch b;
-  if (kind == ModelKind::kMlp) {
-    b.x = nn::Tensor::zeros({rows, 2}, nn::DType::kF32, nn::MemoryCategory::kOther);
-    b.y = nn::Tensor::zeros({rows}, nn::DType::kI32, nn::MemoryCategory::kOther);
-    dtl::data::copy_rows(spirals(), step * global + begin, b.x.span<float>(), b.y.span<std::int32_t>());
-  } else {
-    b.x = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kOther);
-    b.y = nn::Tensor::zeros({rows, kContext}, nn::DType::kI32, nn::MemoryCategory::kOther);
-    dtl::data::copy_windows(corpus(), step * global + begin, kContext, b.x.span<std::int32_t>(),
-                            b.y.span<std::int32_t>());
-  }
-  return b;
 }
 
 // SGD with momentum: its step is proportional to the gradient, so a gradient
@@ -120,7 +105,8 @@ inline std::vector<float> unit_values(const nn::Model& model, int begin, int end
 inline std::vector<float> values_of(const nn::Model& model) { return unit_values(model, 0, model.unit_count()); }
 
 /// The oracle: one process, the whole model, the whole batch, `steps` SGD steps; the
-/// model afterwards and the loss of each step.
+/// model afterwards and the loss of each step. The pipeline's micro-batches sum the
+/// rows in another order than the oracle's one GEMM: close_to()'s default tolerance.
 struct Oracle {
   nn::Model model;
   std::vector<double> losses;
@@ -141,27 +127,6 @@ inline Oracle run_oracle(ModelKind kind, std::uint64_t seed, int steps, std::int
     sgd.step(values.span<float>(), grads.span<float>());
   }
   return o;
-}
-
-/// |got - want| <= 2e-5 + 1e-4 |want| everywhere: the micro-batches sum the rows in
-/// another order than the oracle's one GEMM, so the results agree up to rounding.
-inline ::testing::AssertionResult close_to(const std::vector<float>& want, const std::vector<float>& got,
-                                           const std::string& what) {
-  const int rank = comm().rank();
-  if (want.size() != got.size()) {
-    return ::testing::AssertionFailure() << "rank " << rank << ": " << what << " has " << got.size()
-                                         << " elements, expected " << want.size();
-  }
-  std::size_t wrong = 0, first = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    if (!(std::fabs(got[i] - want[i]) <= 2e-5 + 1e-4 * std::fabs(want[i]))) {
-      if (wrong++ == 0) first = i;
-    }
-  }
-  if (wrong == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "rank " << rank << ": " << what << "[" << first << "] expected "
-                                       << want[first] << " (one process, whole batch) got " << got[first] << " ("
-                                       << wrong << " of " << want.size() << " elements differ)";
 }
 
 // ---------------------------------------------------------------------------

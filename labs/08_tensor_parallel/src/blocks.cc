@@ -20,38 +20,11 @@
 
 #include "harness/nn/layer_util.h"
 #include "lab08/tensor_parallel.h"
+#include "layer_helpers.h"
 
 namespace dtl::lab08 {
 
 namespace detail = nn::detail;  // ensure(), require_input()
-
-namespace {
-
-// A layer of a full block, as the type it must be; a clear error otherwise.
-template <typename L>
-L& expect(nn::Layer& layer, const char* function, const char* what) {
-  auto* typed = dynamic_cast<L*>(&layer);
-  DTL_REQUIRE_ARG(typed != nullptr, function, "full",
-                  "holds '" + layer.name() + "', a " + layer.kind() + ", where " + what + " was expected");
-  return *typed;
-}
-
-// The Sequential inside a block of nn::make_mlp_block() / make_attention_block(), with `layers` layers.
-nn::Sequential& block_layers(nn::Layer& full, std::size_t layers, const char* function) {
-  nn::Residual& residual = expect<nn::Residual>(full, function, "a Residual block");
-  nn::Sequential& seq = expect<nn::Sequential>(residual.inner(), function, "a Sequential inside the block");
-  DTL_REQUIRE_ARG(seq.layers().size() == layers, function, "full",
-                  "has " + std::to_string(seq.layers().size()) + " layers inside '" + full.name() + "', expected " +
-                      std::to_string(layers));
-  return seq;
-}
-
-// The number of heads on each rank, checked before anything is allocated.
-std::int64_t local_heads(nn::CausalSelfAttention& full, Communicator& tp) {
-  return shard_range(full.heads(), tp.world_size(), tp.rank(), "ParallelSelfAttention", "full", "heads").size;
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------------------
 // ParallelSelfAttention
@@ -68,30 +41,6 @@ ParallelSelfAttention::ParallelSelfAttention(nn::CausalSelfAttention& full, Comm
   //   [Splitting a fused projection]), proj_ a RowParallelLinear of full.proj(), both with
   //   the sequence_parallel flag (handout Task B).
   throw dtl::NotImplemented("ParallelSelfAttention");
-}
-
-std::vector<nn::Parameter*> ParallelSelfAttention::parameters() {
-  std::vector<nn::Parameter*> all = qkv_->parameters();
-  for (nn::Parameter* p : proj_->parameters()) all.push_back(p);
-  return all;
-}
-
-nn::Shape ParallelSelfAttention::output_shape(const nn::Shape& input) const {
-  DTL_REQUIRE_ARG(input.size() == 3 && input[2] == channels_, (name_ + ".output_shape").c_str(), "input",
-                  "is " + nn::to_string(input) + ", expected (B, T, " + std::to_string(channels_) + ")");
-  return input;
-}
-
-void ParallelSelfAttention::set_slot(int slot) {
-  nn::Layer::set_slot(slot);
-  qkv_->set_slot(slot);
-  proj_->set_slot(slot);
-}
-
-void ParallelSelfAttention::release_slot(int slot) {
-  caches_.release(slot);
-  qkv_->release_slot(slot);
-  proj_->release_slot(slot);
 }
 
 const nn::Tensor& ParallelSelfAttention::forward(const nn::Tensor& x) {

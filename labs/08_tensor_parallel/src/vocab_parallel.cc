@@ -41,12 +41,6 @@ VocabParallelEmbedding::VocabParallelEmbedding(nn::Embedding& full, Communicator
   throw dtl::NotImplemented("VocabParallelEmbedding");
 }
 
-nn::Shape VocabParallelEmbedding::output_shape(const nn::Shape& input) const {
-  DTL_REQUIRE_ARG(input.size() == 2, (name_ + ".output_shape").c_str(), "input",
-                  "is " + nn::to_string(input) + ", expected (B, T)");
-  return {input[0], input[1], channels_};
-}
-
 const nn::Tensor& VocabParallelEmbedding::forward(const nn::Tensor& x) {
   DTL_REQUIRE_ARG(x.defined() && x.dtype() == nn::DType::kI32 && x.ndim() == 2, (name_ + ".forward").c_str(), "x",
                   "must be (B, T) of i32 token ids");
@@ -79,13 +73,6 @@ const nn::Tensor& VocabParallelEmbedding::backward(const nn::Tensor& dy, const n
 // ---------------------------------------------------------------------------
 // VocabParallelCrossEntropy
 // ---------------------------------------------------------------------------
-
-VocabParallelCrossEntropy::VocabParallelCrossEntropy(Communicator& tp, std::int64_t vocab) : tp_(tp), vocab_(vocab) {
-  const ShardRange mine =
-      shard_range(vocab, tp.world_size(), tp.rank(), "VocabParallelCrossEntropy", "vocab", "tokens");
-  vocab_begin_ = mine.begin;
-  vocab_local_ = mine.size;
-}
 
 double VocabParallelCrossEntropy::forward(const nn::Tensor& logits, const nn::Tensor& targets) {
   const char* function = "VocabParallelCrossEntropy::forward";

@@ -66,7 +66,7 @@ TEST(Gpt, ParameterMemoryIsFullOverTPlusReplicated) {
   // A training step allocates no parameter memory: the peak stays the same.
   tracker.reset_peak();
   lab08::VocabParallelCrossEntropy ce(tp.mpi, shape.vocab);
-  const Batch b = make_batch(0, kBatch, 0, kBatch);
+  const Batch b = make_batch(ModelKind::kGpt, 0, kBatch, 0, kBatch);
   model.zero_grad();
   ce.forward(model.forward(b.x), b.y);
   model.backward(ce.backward());
@@ -80,7 +80,7 @@ TEST(Gpt, CommunicationPerStepMatchesTheClosedForm) {
   nn::Model full = make_model(shape, 1);
   nn::Model model = lab08::make_tensor_parallel_gpt(full, tp.record);
   lab08::VocabParallelCrossEntropy ce(tp.record, shape.vocab);
-  const Batch b = make_batch(0, kBatch, 0, kBatch);
+  const Batch b = make_batch(ModelKind::kGpt, 0, kBatch, 0, kBatch);
   const auto N = static_cast<std::size_t>(kBatch * kContext), C = static_cast<std::size_t>(shape.channels);
   const auto L = static_cast<std::size_t>(shape.layers);
   tp.record.clear();

@@ -10,15 +10,20 @@
 #include <vector>
 
 #include "datasets/datasets.h"
+#include "datasets/test_batches.h"
 #include "datasets/test_data.h"
 #include "harness/nn/optim.h"
 #include "labs/08_tensor_parallel/tests/tp_test_util.h"
 
 namespace lab08_test {
 
-inline constexpr std::int64_t kContext = 8;
-
+// The shared fixtures (harness/testing/training_fixtures.h, datasets/test_batches.h):
+// this lab trains the GPT only.
+using dtl::testing::Batch;
+using dtl::testing::ModelKind;
 using dtl::data::testing::corpus;  // datasets/test_data.h: the same rows in every lab's tests
+using dtl::data::testing::kContext;
+using dtl::data::testing::make_batch;
 
 /// A GPT small enough for a test, splittable T ways: 2 heads per rank of 4 channels
 /// each, the vocabulary padded up to a multiple of `vocab_multiple` (the padded tokens
@@ -39,18 +44,6 @@ inline nn::Model make_model(const GptShape& s, std::uint64_t seed) {
   return nn::make_gpt(s.vocab, kContext, s.channels, s.heads, s.layers, seed);
 }
 
-struct Batch {
-  nn::Tensor x, y;
-};
-/// Rows [begin, end) of step `step`'s batch of `global` windows.
-inline Batch make_batch(int step, std::int64_t global, std::int64_t begin, std::int64_t end) {
-  Batch b{nn::Tensor::zeros({end - begin, kContext}, nn::DType::kI32, nn::MemoryCategory::kOther),
-          nn::Tensor::zeros({end - begin, kContext}, nn::DType::kI32, nn::MemoryCategory::kOther)};
-  dtl::data::copy_windows(corpus(), step * global + begin, kContext, b.x.span<std::int32_t>(),
-                          b.y.span<std::int32_t>());
-  return b;
-}
-
 // SGD with momentum: its step is proportional to the gradient, so a gradient off
 // by a factor (a sum where an average belongs, a missing term) shows.
 inline const nn::SgdOptions kSgd{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.0f};
@@ -69,7 +62,7 @@ inline Trained train_oracle(const GptShape& s, std::uint64_t seed, int steps, st
   nn::Sgd sgd(kSgd, values.numel());
   nn::SoftmaxCrossEntropy ce;
   for (int step = 0; step < steps; ++step) {
-    const Batch b = make_batch(step, global, 0, global);
+    const Batch b = make_batch(ModelKind::kGpt, step, global, 0, global);
     t.model.zero_grad();
     t.losses.push_back(ce.forward(t.model.forward(b.x), b.y));
     t.model.backward(ce.backward());
@@ -96,7 +89,7 @@ inline Trained train_parallel(dtl::Communicator& tp, const GptShape& s, std::uin
   lab08::VocabParallelCrossEntropy ce(tp, s.vocab);
   const std::int64_t rows = global / replicas;
   for (int step = 0; step < steps; ++step) {
-    const Batch b = make_batch(step, global, replica * rows, (replica + 1) * rows);
+    const Batch b = make_batch(ModelKind::kGpt, step, global, replica * rows, (replica + 1) * rows);
     t.model.zero_grad();
     t.losses.push_back(ce.forward(t.model.forward(b.x), b.y));
     t.model.backward(ce.backward());

@@ -1,7 +1,9 @@
-// Lab 08, task E: tensor parallel inside groups of T consecutive ranks, data
-// parallel across them. Every T that divides the rank count (at 4 ranks: 1 x 4,
-// 2 x 2, 4 x 1): the groups' members, and a GPT trained with each replica on 1/D
-// of the batch against one process on the whole batch.
+// Lab 08, TP x DP: tensor parallel inside groups of T consecutive ranks, data
+// parallel across them, on lab 07's grid (lab07/grid.h: make_grid(world, T) and
+// allreduce_data_parallel_gradients(), the student's own lab-07 code). Every T that
+// divides the rank count (at 4 ranks: 1 x 4, 2 x 2, 4 x 1): the groups' members, and
+// a GPT trained with each replica on 1/D of the batch against one process on the
+// whole batch.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -20,17 +22,17 @@ TEST(Grid, RanksAndGroups) {
   for (int T = 1; T <= W; ++T) {
     if (W % T != 0) continue;
     lab08::Grid grid = lab08::make_grid(comm(), T);
-    EXPECT_EQ(grid.tp_size, T);
+    EXPECT_EQ(grid.model_size, T);
     EXPECT_EQ(grid.replicas, W / T);
-    EXPECT_EQ(grid.tp_rank, w % T);
+    EXPECT_EQ(grid.model_rank, w % T);
     EXPECT_EQ(grid.replica, w / T);
-    EXPECT_EQ(grid.tensor.size(), T);
-    EXPECT_EQ(grid.tensor.rank(), w % T) << "rank in the tensor group must be the tensor-parallel rank";
-    EXPECT_EQ(grid.data.size(), W / T);
-    EXPECT_EQ(grid.data.rank(), w / T) << "rank in the data group must be the replica";
+    EXPECT_EQ(grid.model_group.size(), T);
+    EXPECT_EQ(grid.model_group.rank(), w % T) << "rank in the tensor group must be the tensor-parallel rank";
+    EXPECT_EQ(grid.data_group.size(), W / T);
+    EXPECT_EQ(grid.data_group.rank(), w / T) << "rank in the data group must be the replica";
     std::vector<int> tensor_members(static_cast<std::size_t>(T)), data_members(static_cast<std::size_t>(W / T));
-    MPI_Allgather(&w, 1, MPI_INT, tensor_members.data(), 1, MPI_INT, grid.tensor);
-    MPI_Allgather(&w, 1, MPI_INT, data_members.data(), 1, MPI_INT, grid.data);
+    MPI_Allgather(&w, 1, MPI_INT, tensor_members.data(), 1, MPI_INT, grid.model_group);
+    MPI_Allgather(&w, 1, MPI_INT, data_members.data(), 1, MPI_INT, grid.data_group);
     for (int t = 0; t < T; ++t) {
       EXPECT_EQ(tensor_members[static_cast<std::size_t>(t)], (w / T) * T + t) << "tensor groups are consecutive ranks";
     }
@@ -41,17 +43,17 @@ TEST(Grid, RanksAndGroups) {
 TEST(Grid, TpSizeThatDoesNotDivideIsRefused) {
   const int W = comm().size();
   const lab08::Grid whole = lab08::make_grid(comm(), W);  // one replica of every rank: accepted
-  EXPECT_EQ(whole.tensor.size(), W);
+  EXPECT_EQ(whole.model_group.size(), W);
   for (int bad : {0, W + 1}) {
-    EXPECT_TRUE(refused([&] { lab08::make_grid(comm(), bad); }, {"make_grid", "'tp_size'"},
-                        "tp_size = " + std::to_string(bad) + " on " + std::to_string(W) + " ranks"));
+    EXPECT_TRUE(refused([&] { lab08::make_grid(comm(), bad); }, {"make_grid", "'model_size'"},
+                        "model_size = T = " + std::to_string(bad) + " on " + std::to_string(W) + " ranks"));
   }
 }
 
 TEST(Grid, DataParallelGradientsAreAveragedPerSlice) {
   const int W = comm().size(), w = comm().rank();
   lab08::Grid grid = lab08::make_grid(comm(), 1);  // every rank its own replica
-  dtl::MpiCommunicator data(grid.data, dtl::MpiMode::kNonblocking);
+  dtl::MpiCommunicator data(grid.data_group, dtl::MpiMode::kNonblocking);
   nn::Model model(nn::DType::kF64);
   {
     std::vector<std::unique_ptr<nn::Layer>> layers;
@@ -76,12 +78,12 @@ TEST(Grid, TensorTimesDataParallelEqualsOneProcess) {
   for (int T = 1; T <= W; ++T) {
     if (W % T != 0) continue;
     lab08::Grid grid = lab08::make_grid(comm(), T);
-    dtl::MpiCommunicator tensor(grid.tensor, dtl::MpiMode::kNonblocking);
-    dtl::MpiCommunicator data(grid.data, dtl::MpiMode::kNonblocking);
+    dtl::MpiCommunicator tensor(grid.model_group, dtl::MpiMode::kNonblocking);
+    dtl::MpiCommunicator data(grid.data_group, dtl::MpiMode::kNonblocking);
     const GptShape shape = gpt_shape(T, 12);
     const Trained oracle = train_oracle(shape, 7, 3, kGlobal);
     const Trained mine = train_parallel(tensor, shape, 7, 3, kGlobal, &data, grid.replica, grid.replicas);
-    EXPECT_TRUE(params_match(oracle.model.parameters(), mine.model.parameters(), false, T, grid.tp_rank,
+    EXPECT_TRUE(params_match(oracle.model.parameters(), mine.model.parameters(), false, T, grid.model_rank,
                              "the GPT after 3 steps, " + std::to_string(W / T) + " replicas x T = " +
                                  std::to_string(T) + " (replica " + std::to_string(grid.replica) + ")",
                              kF32Tol));

@@ -25,6 +25,7 @@
 #include "harness/nn/model.h"
 #include "harness/testing/mpi_test.h"
 #include "harness/testing/recording_communicator.h"
+#include "harness/testing/training_fixtures.h"
 #include "lab08/tensor_parallel.h"
 
 namespace lab08_test {
@@ -147,25 +148,11 @@ inline nn::Tensor rows_of(const nn::Tensor& t, int parts, int r) {
 // Comparisons
 // ---------------------------------------------------------------------------
 
-/// |got - want| <= tol (1 + |want|) everywhere; a failure names the rank, the first
-/// wrong element, expected against got, and how many differ.
+/// |got - want| <= tol (1 + |want|) everywhere (dtl::testing::close_to()); a failure
+/// names the rank, the first wrong element, expected against got, and how many differ.
 inline ::testing::AssertionResult close_to(const std::vector<double>& want, const std::vector<double>& got,
                                            const std::string& what, double tol = kTol) {
-  const int rank = comm().rank();
-  if (want.size() != got.size()) {
-    return ::testing::AssertionFailure() << "rank " << rank << ": " << what << " has " << got.size()
-                                         << " elements, expected " << want.size();
-  }
-  std::size_t wrong = 0, first = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    if (!(std::fabs(got[i] - want[i]) <= tol * (1.0 + std::fabs(want[i])))) {
-      if (wrong++ == 0) first = i;
-    }
-  }
-  if (wrong == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "rank " << rank << ": " << what << "[" << first << "] expected "
-                                       << want[first] << " (the unsplit layer) got " << got[first] << " (" << wrong
-                                       << " of " << want.size() << " elements differ)";
+  return dtl::testing::close_to(want, got, what, {tol, tol}, "the unsplit layer");
 }
 
 /// A description of the recorded operations, for failure messages.

@@ -1,5 +1,6 @@
 // Lab 09, given (not a task; compiled into both builds): the group (roles, the
-// communicator, options checked on every rank), the wire format, names.
+// communicator, options checked on every rank), the wire format, names, and the
+// vector clock's constructor.
 //
 // What this file teaches: checks before communication. Every check below depends
 // only on arguments every rank has, and all of them come before MPI_Comm_dup, so
@@ -87,6 +88,12 @@ Message decode(std::span<const std::byte> bytes, std::size_t floats) {
   const std::size_t text = bytes.size() - kHeader - floats * sizeof(float);
   m.text.assign(reinterpret_cast<const char*>(bytes.data() + kHeader + floats * sizeof(float)), text);
   return m;
+}
+
+VectorClock::VectorClock(int workers) {
+  DTL_REQUIRE_ARG(workers >= 1, "VectorClock", "workers", "is " + std::to_string(workers) + "; at least 1");
+  clocks_.assign(static_cast<std::size_t>(workers), 0);
+  lost_.assign(static_cast<std::size_t>(workers), false);
 }
 
 }  // namespace dtl::lab09

@@ -16,12 +16,6 @@
 
 namespace dtl::lab09 {
 
-VectorClock::VectorClock(int workers) {
-  DTL_REQUIRE_ARG(workers >= 1, "VectorClock", "workers", "is " + std::to_string(workers) + "; at least 1");
-  clocks_.assign(static_cast<std::size_t>(workers), 0);
-  lost_.assign(static_cast<std::size_t>(workers), false);
-}
-
 int VectorClock::tick(int worker) {
   DTL_REQUIRE_ARG(worker >= 0 && worker < workers(), "VectorClock::tick", "worker",
                   "is " + std::to_string(worker) + "; it must be in [0, " + std::to_string(workers()) + ")");

@@ -34,67 +34,9 @@
 #include "harness/nn/loss.h"
 #include "lab09/engine.h"
 #include "lab09/parameter_server.h"
+#include "worker_internals.h"
 
 namespace dtl::lab09 {
-
-/// @brief The sends in flight of one worker, shared by the engine's threads.
-struct WorkerClient::Impl {
-  std::mutex mutex;                             ///< guards both lists
-  std::vector<MPI_Request> requests;            ///< one per send in flight
-  std::vector<std::vector<std::byte>> buffers;  ///< the bytes of each, kept until it completes
-
-  /// @brief Frees the sends that completed; the rest stay. Call with the mutex held.
-  void reap() {
-    for (std::size_t i = 0; i < requests.size();) {
-      int done = 0;
-      DTL_MPI_CHECK(MPI_Test(&requests[i], &done, MPI_STATUS_IGNORE));
-      if (done) {
-        requests.erase(requests.begin() + static_cast<std::ptrdiff_t>(i));
-        buffers.erase(buffers.begin() + static_cast<std::ptrdiff_t>(i));
-      } else {
-        ++i;
-      }
-    }
-  }
-};
-
-WorkerClient::WorkerClient(const PsGroup& group, int start_clock) : group_(&group), clock_(start_clock) {
-  DTL_REQUIRE_ARG(!group.is_server(), "WorkerClient", "group",
-                  "rank " + std::to_string(group.comm().rank()) + " is a server (workers are ranks " +
-                      std::to_string(group.servers()) + " and up)");
-  DTL_REQUIRE_ARG(start_clock >= 0, "WorkerClient", "start_clock", "is negative");
-  impl_ = new Impl;
-}
-
-WorkerClient::~WorkerClient() {
-  // A worker that went silent (or failed) may still have sends in flight; the
-  // servers drain every message, so they complete soon. Past the timeout they are
-  // freed and their buffers leaked on purpose (MPI may still read them).
-  const double deadline = MPI_Wtime() + group_->options().timeout_seconds;
-  {
-    std::lock_guard<std::mutex> lock(impl_->mutex);
-    while (!impl_->requests.empty() && MPI_Wtime() < deadline) {
-      try {
-        impl_->reap();
-      } catch (...) {
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
-    for (MPI_Request& r : impl_->requests) MPI_Request_free(&r);
-    for (std::vector<std::byte>& b : impl_->buffers) new std::vector<std::byte>(std::move(b));  // NOLINT: leaked
-  }
-  delete impl_;
-}
-
-void WorkerClient::send(int dest, int tag, std::vector<std::byte> bytes) {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  impl_->reap();
-  impl_->buffers.push_back(std::move(bytes));  // a moved vector keeps its storage: the pointer stays valid
-  impl_->requests.push_back(MPI_REQUEST_NULL);
-  DTL_MPI_CHECK(MPI_Isend(impl_->buffers.back().data(), static_cast<int>(impl_->buffers.back().size()), MPI_BYTE,
-                          dest, tag, group_->comm(), &impl_->requests.back()));
-}
 
 void WorkerClient::push(int key, std::span<const float> grad) {
   const int keys = static_cast<int>(group_->key_sizes().size());
@@ -147,18 +89,6 @@ void WorkerClient::finish() {
 // ---------------------------------------------------------------------------
 // The training loop
 // ---------------------------------------------------------------------------
-
-namespace {
-
-// Restores the model's pre_forward hook however the step ends.
-struct HookGuard {
-  nn::Model& model;
-  std::function<void(int)> saved;
-  explicit HookGuard(nn::Model& m) : model(m), saved(m.hooks().pre_forward) {}
-  ~HookGuard() { model.hooks().pre_forward = saved; }
-};
-
-}  // namespace
 
 TrainReport train_worker(WorkerClient& client, nn::Model& model, const BatchFn& batch, const TrainOptions& options) {
   const std::vector<nn::Parameter*> params = model.parameters();

@@ -25,6 +25,7 @@
 #include "harness/nn/model.h"
 #include "harness/nn/optim.h"
 #include "harness/testing/mpi_test.h"
+#include "harness/testing/training_fixtures.h"
 #include "lab09/engine.h"
 #include "lab09/parameter_server.h"
 
@@ -207,25 +208,12 @@ inline std::vector<float> gather_values(const PsRun& run, std::int64_t total) {
   return all;  // each element has exactly one nonzero contributor: the sum is exact
 }
 
-/// |got - want| <= 2e-5 + 1e-4 |want| elementwise, naming the first element that is not.
+/// |got - want| <= 2e-5 + 1e-4 |want| elementwise (dtl::testing::close_to()), naming the
+/// first element that is not by its index in the flat model (`offset`: got[0]'s).
 inline ::testing::AssertionResult close_to(const std::vector<float>& want, const std::vector<float>& got,
                                            const std::string& what, std::int64_t offset = 0) {
-  const int rank = comm().rank();
-  if (want.size() != got.size()) {
-    return ::testing::AssertionFailure() << "rank " << rank << ": " << what << " has " << got.size()
-                                         << " elements, expected " << want.size();
-  }
-  std::size_t wrong = 0, first = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    if (!(std::fabs(got[i] - want[i]) <= 2e-5 + 1e-4 * std::fabs(want[i]))) {
-      if (wrong++ == 0) first = i;
-    }
-  }
-  if (wrong == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "rank " << rank << ": " << what << ", element "
-                                       << static_cast<std::int64_t>(first) + offset << " of the flat model: expected "
-                                       << want[first] << " (one process, SGD on the whole batch) got " << got[first]
-                                       << " (" << wrong << " of " << want.size() << " elements differ)";
+  return dtl::testing::close_to(want, got, what + ", the flat model", {}, "one process, SGD on the whole batch",
+                                offset);
 }
 
 /// The oracle's part for one server's range.

@@ -29,20 +29,12 @@
 
 #include "harness/error.h"
 #include "lab04/ddp.h"
+#include "model_helpers.h"
 
 namespace dtl::lab04 {
-namespace {
-
-// Exactly representable in a double (53 bits), so it travels through an f64 allgather unchanged.
-double hash_name(const std::string& name) {
-  return static_cast<double>(std::hash<std::string>{}(name) & ((std::uint64_t{1} << 52) - 1));
-}
-
-}  // namespace
-
-void check_model_agreement(Communicator& comm, const nn::Model& model) {
+void check_model_agreement(Communicator& backend, const nn::Model& model) {
   const std::vector<nn::Parameter*> params = model.parameters();
-  const int size = comm.world_size();
+  const int size = backend.world_size();
   // BEGIN SOLUTION(check_model_agreement)
   // | Return when every rank holds the same parameter count and, for each i, the same name
   // | and numel; otherwise throw dtl::InvalidArgument on EVERY rank, naming the first rank
@@ -60,7 +52,7 @@ void check_model_agreement(Communicator& comm, const nn::Model& model) {
   }
   const std::vector<double> mine = {static_cast<double>(params.size()), model_hash};
   std::vector<double> all(2 * static_cast<std::size_t>(size));
-  comm.allgather_blocking<double>(mine, all);
+  backend.allgather_blocking<double>(mine, all);
   bool same = true;
   std::size_t min_count = params.size();
   for (int r = 0; r < size; ++r) {
@@ -75,14 +67,14 @@ void check_model_agreement(Communicator& comm, const nn::Model& model) {
     detail[2 * i + 1] = hash_name(params[i]->name);
   }
   std::vector<double> every(detail.size() * static_cast<std::size_t>(size));
-  comm.allgather_blocking<double>(detail, every);
+  backend.allgather_blocking<double>(detail, every);
   std::ostringstream why;
   for (int r = 1; r < size; ++r) {
     const double* theirs = every.data() + 2 * min_count * static_cast<std::size_t>(r);
     for (std::size_t i = 0; i < min_count; ++i) {
       if (theirs[2 * i] != every[2 * i] || theirs[2 * i + 1] != every[2 * i + 1]) {
         why << "ranks disagree on the model: rank " << r << " differs from rank 0 at parameter " << i
-            << " (here on rank " << comm.rank() << " it is '" << params[i]->name << "', "
+            << " (here on rank " << backend.rank() << " it is '" << params[i]->name << "', "
             << params[i]->value.numel() << " elements; rank 0 has " << every[2 * i] << " elements, rank " << r
             << " has " << theirs[2 * i] << " elements"
             << (theirs[2 * i + 1] != every[2 * i + 1] ? ", and a different name" : "") << ")";
@@ -91,7 +83,7 @@ void check_model_agreement(Communicator& comm, const nn::Model& model) {
     }
     if (all[2 * r] != all[0]) {
       why << "ranks disagree on the model: rank " << r << " has " << all[2 * r] << " parameters, rank 0 has "
-          << all[0] << " (the first " << min_count << " agree; this rank, " << comm.rank() << ", has "
+          << all[0] << " (the first " << min_count << " agree; this rank, " << backend.rank() << ", has "
           << params.size() << ")";
       throw InvalidArgument(why.str());
     }
@@ -101,23 +93,23 @@ void check_model_agreement(Communicator& comm, const nn::Model& model) {
   // END SOLUTION
 }
 
-void broadcast_parameters(Communicator& comm, nn::Model& model, int root) {
-  if (root < 0 || root >= comm.world_size()) {
+void broadcast_parameters(Communicator& backend, nn::Model& model, int root) {
+  if (root < 0 || root >= backend.world_size()) {
     throw InvalidArgument("broadcast_parameters: root " + std::to_string(root) + " is not a rank of a world of " +
-                          std::to_string(comm.world_size()));
+                          std::to_string(backend.world_size()));
   }
   // BEGIN SOLUTION(broadcast_parameters)
   // | On return every rank's parameter values equal rank `root`'s, bit for bit; the models
   // | are checked to agree first (check_model_agreement()). A flattened model
   // | (model.flat_values().defined()) is one buffer; the broadcasts may all be in flight at
   // | once, and all have finished on return (handout Task A).
-  check_model_agreement(comm, model);
+  check_model_agreement(backend, model);
   std::vector<Work> pending;
   const nn::Tensor& flat = model.flat_values();
   if (flat.defined()) {
-    pending.push_back(comm.broadcast(flat.span<float>(), root));
+    pending.push_back(backend.broadcast(flat.span<float>(), root));
   } else {
-    for (nn::Parameter* p : model.parameters()) pending.push_back(comm.broadcast(p->value.span<float>(), root));
+    for (nn::Parameter* p : model.parameters()) pending.push_back(backend.broadcast(p->value.span<float>(), root));
   }
   for (Work& w : pending) w.wait();
   // END SOLUTION

@@ -56,9 +56,9 @@
 
 namespace dtl::lab04 {
 
-Reducer::Reducer(Communicator& comm, nn::Model& model, ReducerOptions options)
-    : comm_(comm), model_(model), options_(options) {
-  check_model_agreement(comm_, model_);
+Reducer::Reducer(Communicator& backend, nn::Model& model, ReducerOptions options)
+    : backend_(backend), model_(model), options_(options) {
+  check_model_agreement(backend_, model_);
   params_ = model_.parameters();
   std::vector<std::size_t> bytes;
   for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -172,7 +172,7 @@ void Reducer::launch(std::size_t bucket) {
   // | its view of the flat gradient buffer, keep its Work in work_[bucket], and record
   // | stats_.first_issue_seconds when bucket 0 is issued (Note [Averaging]; handout Task C).
   if (bucket == 0) stats_.first_issue_seconds = clock_seconds();
-  work_[bucket] = comm_.allreduce(flat_grad_ + bk.offset, bk.count, DType::kF32, ReduceOp::kAvg);
+  work_[bucket] = backend_.allreduce(flat_grad_ + bk.offset, bk.count, DType::kF32, ReduceOp::kAvg);
   // END SOLUTION
 }
 

@@ -44,18 +44,18 @@ void ShardedTrainer::issue_gather(int u) {
   nn::Tensor mine = st.shard;
   if (options_.offload) {
     upload_shard(u);
-    mine = st.full_values.view(st.layout.shard_begin(comm_.rank()), {st.layout.shard});
+    mine = st.full_values.view(st.layout.shard_begin(backend_.rank()), {st.layout.shard});
   }
   const nn::DType pd = options_.param_dtype;
   const auto shard = static_cast<std::size_t>(st.layout.shard);
   if (pd == nn::DType::kF32) {
-    st.gather = comm_.allgather(mine.raw(), st.full_values.raw(), shard, DType::kF32);
+    st.gather = backend_.allgather(mine.raw(), st.full_values.raw(), shard, DType::kF32);
     current_.allgather_bytes += st.layout.padded * 4;
   } else {
     st.half_shard = nn::Tensor::zeros({st.layout.shard}, pd, nn::MemoryCategory::kCommunication);
     nn::convert(st.half_shard, mine);
     st.half_full = nn::Tensor::zeros({st.layout.padded}, pd, nn::MemoryCategory::kCommunication);
-    st.gather = comm_.allgather(st.half_shard.raw(), st.half_full.raw(), shard,
+    st.gather = backend_.allgather(st.half_shard.raw(), st.half_full.raw(), shard,
                                 pd == nn::DType::kF16 ? DType::kF16 : DType::kBF16);
     current_.allgather_bytes += st.layout.padded * 2;
   }

@@ -26,7 +26,7 @@ void ShardedTrainer::upload_shard(int u) {
   // | With full_values allocated, put this rank's host shard into its own slice of
   // | full_values and count the bytes copied in current_.host_to_device_bytes (Note [CPU
   // | offload], handout Task E).
-  st.full_values.view(st.layout.shard_begin(comm_.rank()), {st.layout.shard}).copy_from(st.shard);
+  st.full_values.view(st.layout.shard_begin(backend_.rank()), {st.layout.shard}).copy_from(st.shard);
   current_.host_to_device_bytes += st.layout.shard * 4;
   // END SOLUTION
 }
@@ -37,7 +37,7 @@ void ShardedTrainer::download_grad_shard(int u) {
   // | After the in-place reduce-scatter, copy this rank's averaged gradient slice of
   // | full_grads into the host grad_shard and count the bytes in
   // | current_.device_to_host_bytes (Note [CPU offload], handout Task E).
-  st.grad_shard.copy_from(st.full_grads.view(st.layout.shard_begin(comm_.rank()), {st.layout.shard}));
+  st.grad_shard.copy_from(st.full_grads.view(st.layout.shard_begin(backend_.rank()), {st.layout.shard}));
   current_.device_to_host_bytes += st.layout.shard * 4;
   // END SOLUTION
 }

@@ -25,7 +25,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <span>
 #include <string>
@@ -35,41 +34,12 @@
 #include "harness/error.h"
 #include "harness/nn/half.h"
 #include "lab06/fsdp.h"
+#include "trainer_setup.h"
 
 namespace dtl::lab06 {
 
-const char* sharding_mode_name(ShardingMode mode) {
-  switch (mode) {
-    case ShardingMode::kZero1: return "zero1";
-    case ShardingMode::kZero2: return "zero2";
-    case ShardingMode::kFsdp: return "fsdp";
-  }
-  return "?";
-}
-
-namespace {
-
-// A layout that does not describe the unit's parameters sharded W ways: the reason, or "".
-std::string layout_mismatch(const FlatLayout& layout, const std::vector<std::int64_t>& numels, int world_size) {
-  if (layout.world_size != world_size) {
-    return "is for world size " + std::to_string(layout.world_size) + ", the communicator has " +
-           std::to_string(world_size);
-  }
-  if (layout.numels != numels) return "lists other parameter sizes than the unit's";
-  std::int64_t numel = 0;
-  for (const std::int64_t n : numels) numel += n;
-  if (layout.numel != numel || layout.padded < numel || layout.padded % world_size != 0 ||
-      layout.shard * world_size != layout.padded || layout.padded - numel >= world_size) {
-    return "has numel " + std::to_string(layout.numel) + ", padded " + std::to_string(layout.padded) + ", shard " +
-           std::to_string(layout.shard) + " for " + std::to_string(numel) + " elements";
-  }
-  return "";
-}
-
-}  // namespace
-
-ShardedTrainer::ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOptions options)
-    : comm_(comm), model_(model), options_(std::move(options)), scale_(options_.loss_scale) {
+ShardedTrainer::ShardedTrainer(Communicator& backend, nn::Model& model, ShardedOptions options)
+    : backend_(backend), model_(model), options_(std::move(options)), scale_(options_.loss_scale) {
   const char* fn = "ShardedTrainer";
   const bool fsdp = options_.mode == ShardingMode::kFsdp;
   const nn::DType pd = options_.param_dtype;
@@ -93,7 +63,7 @@ ShardedTrainer::ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOpti
   DTL_REQUIRE_ARG(options_.layouts.empty() || static_cast<int>(options_.layouts.size()) == units, fn,
                   "options.layouts",
                   "has " + std::to_string(options_.layouts.size()) + " layouts for " + std::to_string(units) + " units");
-  const int world = comm.world_size();
+  const int world = backend.world_size();
   units_.resize(static_cast<std::size_t>(units));
   for (int u = 0; u < units; ++u) {
     UnitState& st = units_[static_cast<std::size_t>(u)];
@@ -126,13 +96,13 @@ ShardedTrainer::ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOpti
                         st.name + "') needs " + std::to_string(unit_bytes) + " bytes gathered (" +
                         std::to_string(st.layout.padded) + " f32 elements): split the unit or raise the budget");
   }
-  const int rank = comm.rank();
+  const int rank = backend.rank();
   for (int u = 0; u < units; ++u) {
     UnitState& st = units_[static_cast<std::size_t>(u)];
     const std::vector<nn::Parameter*> params = model.unit(u).parameters();
     const std::int64_t begin = st.layout.shard_begin(rank), shard = st.layout.shard;
     st.full_values = nn::flatten_values(params, world);
-    comm_.broadcast(st.full_values.span<float>(), 0).wait();
+    backend_.broadcast(st.full_values.span<float>(), 0).wait();
     st.full_grads = nn::flatten_grads(params, world);
     if (fsdp) {
       st.shard = st.full_values.view(begin, {shard}).to(state_device());
@@ -184,35 +154,6 @@ ShardedTrainer::ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOpti
   };
 }
 
-ShardedTrainer::~ShardedTrainer() {
-  model_.hooks() = {};
-  for (UnitState& st : units_) {
-    try {
-      st.gather.wait();
-      st.reduce.wait();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "~ShardedTrainer: unit '%s': %s\n", st.name.c_str(), e.what());
-    }
-  }
-}
-
-void ShardedTrainer::set_steps(std::int64_t steps) {
-  DTL_REQUIRE_ARG(steps >= 0, "ShardedTrainer::set_steps", "steps", "is negative");
-  steps_ = steps;
-  for (UnitState& st : units_) {
-    if (st.adamw) st.adamw->set_steps(steps);
-  }
-}
-
-double ShardedTrainer::wait_timed(Work& work, const std::string& what) {
-  const double begin = clock_seconds();
-  work.wait();
-  const double waited = clock_seconds() - begin;
-  current_.exposed_seconds += waited;
-  if (options_.timeline) options_.timeline->add_work("comm", work, what);
-  return waited;
-}
-
 void ShardedTrainer::before_backward_grads(int u) {
   UnitState& st = units_.at(static_cast<std::size_t>(u));
   // BEGIN SOLUTION(ShardedTrainer::before_backward_grads)
@@ -244,8 +185,8 @@ void ShardedTrainer::after_backward_grads(int u) {
   float* full = st.full_grads.data<float>();
   const auto shard = static_cast<std::size_t>(st.layout.shard);
   const bool in_place = options_.mode == ShardingMode::kZero1 || options_.offload;
-  void* recv = in_place ? static_cast<void*>(full + comm_.rank() * shard) : st.grad_shard.raw();
-  st.reduce = comm_.reduce_scatter(full, recv, shard, DType::kF32, ReduceOp::kAvg);
+  void* recv = in_place ? static_cast<void*>(full + backend_.rank() * shard) : st.grad_shard.raw();
+  st.reduce = backend_.reduce_scatter(full, recv, shard, DType::kF32, ReduceOp::kAvg);
   st.reduce_issued = true;
   ++current_.reduce_scatters;
   current_.reduce_scatter_bytes += st.layout.padded * 4;
@@ -303,7 +244,7 @@ StepResult ShardedTrainer::step(const nn::Tensor& x, const nn::Tensor& targets) 
       }
     }
     std::int32_t flag = found ? 1 : 0;
-    comm_.allreduce_blocking(std::span<std::int32_t>(&flag, 1), ReduceOp::kSum);
+    backend_.allreduce_blocking(std::span<std::int32_t>(&flag, 1), ReduceOp::kSum);
     if (flag > 0) {
       current_.skipped = true;
       scale_ *= 0.5f;
@@ -317,11 +258,11 @@ StepResult ShardedTrainer::step(const nn::Tensor& x, const nn::Tensor& targets) 
   }
   ++steps_;
   if (options_.mode != ShardingMode::kFsdp) {
-    const auto rank = static_cast<std::size_t>(comm_.rank());
+    const auto rank = static_cast<std::size_t>(backend_.rank());
     for (UnitState& st : units_) {
       float* full = st.full_values.data<float>();
       const auto shard = static_cast<std::size_t>(st.layout.shard);
-      st.gather = comm_.allgather(full + rank * shard, full, shard, DType::kF32);
+      st.gather = backend_.allgather(full + rank * shard, full, shard, DType::kF32);
       ++current_.allgathers;
       current_.allgather_bytes += st.layout.padded * 4;
     }

@@ -21,11 +21,6 @@
 
 namespace dtl::lab07 {
 
-WeightStash::WeightStash(nn::Tensor weights) : weights_(std::move(weights)) {
-  DTL_REQUIRE_ARG(weights_.defined() && weights_.dtype() == nn::DType::kF32, "WeightStash", "weights",
-                  "must be a defined f32 tensor (the stage's flat values)");
-}
-
 void WeightStash::save(int micro_batch, int version) {
   DTL_REQUIRE_ARG(micro_batch >= 0, "WeightStash::save", "micro_batch", "is negative");
   if (static_cast<std::size_t>(micro_batch) >= copies_.size()) {

@@ -20,74 +20,11 @@
 
 #include "harness/nn/layer_util.h"
 #include "lab08/tensor_parallel.h"
+#include "layer_helpers.h"
 
 namespace dtl::lab08 {
 
 namespace detail = nn::detail;  // ensure(), notify(), require_grad(), dispatch_float()
-
-namespace {
-
-// The weights of the local layers are copied from the full layer right after
-// construction; this generator only feeds the harness's initialization.
-dtl::Rng& unused_rng() {
-  static thread_local dtl::Rng rng(0);
-  return rng;
-}
-
-// Output features of a column-parallel slice, checked before anything is allocated.
-std::int64_t column_local_out(nn::Linear& full, Communicator& tp, const ParallelOptions& options) {
-  DTL_REQUIRE_ARG(options.groups >= 1, "ColumnParallelLinear", "options",
-                  "has groups = " + std::to_string(options.groups) + "; it must be at least 1");
-  const std::int64_t out = full.weight().value.dim(0);
-  DTL_REQUIRE_ARG(out % options.groups == 0, "ColumnParallelLinear", "full",
-                  "has " + std::to_string(out) + " output features, not divisible into " +
-                      std::to_string(options.groups) + " groups");
-  const ShardRange mine = shard_range(out / options.groups, tp.world_size(), tp.rank(), "ColumnParallelLinear",
-                                      "full", "output features per group (of " + std::to_string(options.groups) + ")");
-  return mine.size * options.groups;
-}
-
-// Input features of a row-parallel slice, checked before anything is allocated.
-std::int64_t row_local_in(nn::Linear& full, Communicator& tp, const ParallelOptions& options) {
-  DTL_REQUIRE_ARG(options.groups == 1, "RowParallelLinear", "options",
-                  "has groups = " + std::to_string(options.groups) + "; a row-parallel layer takes 1");
-  return shard_range(full.weight().value.dim(1), tp.world_size(), tp.rank(), "RowParallelLinear", "full",
-                     "input features")
-      .size;
-}
-
-// With sequence parallelism, dimension 0 is split across the group: it must divide.
-void require_rows(const nn::Tensor& t, std::int64_t rows_multiple, const std::string& layer, const char* argument) {
-  DTL_REQUIRE_ARG(t.defined() && t.ndim() >= 1 && t.dim(0) % rows_multiple == 0, (layer + ".forward").c_str(),
-                  argument,
-                  "has shape " + (t.defined() ? nn::to_string(t.shape()) : std::string("(undefined)")) +
-                      "; with sequence parallelism its first dimension must be a multiple of the " +
-                      std::to_string(rows_multiple) + " tensor-parallel ranks");
-}
-
-// y (N, out) += b (out), row by row.
-[[maybe_unused]] void add_bias(const nn::Tensor& y, const nn::Tensor& b) {
-  detail::dispatch_float(y.dtype(), "RowParallelLinear::forward", [&](auto zero) {
-    using T = decltype(zero);
-    const std::int64_t out = b.numel();
-    T* p = y.data<T>();
-    const T* q = b.data<T>();
-    for (std::int64_t i = 0; i < y.numel(); ++i) p[i] += q[i % out];
-  });
-}
-
-// db (out) += sum over rows of dy (N, out).
-[[maybe_unused]] void add_bias_grad(const nn::Tensor& db, const nn::Tensor& dy) {
-  detail::dispatch_float(dy.dtype(), "RowParallelLinear::backward", [&](auto zero) {
-    using T = decltype(zero);
-    const std::int64_t out = db.numel();
-    T* g = db.data<T>();
-    const T* d = dy.data<T>();
-    for (std::int64_t i = 0; i < dy.numel(); ++i) g[i % out] += d[i];
-  });
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------------------
 // ColumnParallelLinear
@@ -117,22 +54,6 @@ ColumnParallelLinear::ColumnParallelLinear(nn::Linear& full, Communicator& tp, P
     }
   }
   // END SOLUTION
-}
-
-nn::Shape ColumnParallelLinear::output_shape(const nn::Shape& input) const {
-  nn::Shape out = local_.output_shape(input);
-  if (options_.sequence_parallel && !out.empty()) out[0] *= tp_.world_size();
-  return out;
-}
-
-void ColumnParallelLinear::set_slot(int slot) {
-  nn::Layer::set_slot(slot);
-  local_.set_slot(slot);
-}
-
-void ColumnParallelLinear::release_slot(int slot) {
-  caches_.release(slot);
-  local_.release_slot(slot);
 }
 
 const nn::Tensor& ColumnParallelLinear::forward(const nn::Tensor& x) {
@@ -210,33 +131,6 @@ RowParallelLinear::RowParallelLinear(nn::Linear& full, Communicator& tp, Paralle
   }
   if (has_bias_) bias_.value.copy_from(full.bias().value);
   // END SOLUTION
-}
-
-std::vector<nn::Parameter*> RowParallelLinear::parameters() {
-  std::vector<nn::Parameter*> all = local_.parameters();
-  if (has_bias_) all.push_back(&bias_);
-  return all;
-}
-
-nn::Shape RowParallelLinear::output_shape(const nn::Shape& input) const {
-  nn::Shape out = local_.output_shape(input);
-  if (options_.sequence_parallel) {
-    DTL_REQUIRE_ARG(out[0] % tp_.world_size() == 0, (name_ + ".output_shape").c_str(), "input",
-                    "has " + std::to_string(out[0]) + " rows, not divisible by the " +
-                        std::to_string(tp_.world_size()) + " tensor-parallel ranks");
-    out[0] /= tp_.world_size();
-  }
-  return out;
-}
-
-void RowParallelLinear::set_slot(int slot) {
-  nn::Layer::set_slot(slot);
-  local_.set_slot(slot);
-}
-
-void RowParallelLinear::release_slot(int slot) {
-  caches_.release(slot);
-  local_.release_slot(slot);
 }
 
 const nn::Tensor& RowParallelLinear::forward(const nn::Tensor& x) {

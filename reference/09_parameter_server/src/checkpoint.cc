@@ -25,11 +25,6 @@ namespace {
 
 constexpr char kMagic[8] = {'D', 'T', 'L', 'P', 'S', '0', '9', '\0'};
 
-// A short read names `bytes`, the argument of restore() it came from.
-[[noreturn]] void bad_bytes(const std::string& why) {
-  throw_invalid_argument("ParameterServer::restore", "bytes", why);
-}
-
 }  // namespace
 
 std::vector<std::byte> ParameterServer::checkpoint() const {
@@ -65,7 +60,8 @@ std::vector<std::byte> ParameterServer::checkpoint() const {
 }
 
 void ParameterServer::restore(std::span<const std::byte> bytes) {
-  ByteReader in(bytes, bad_bytes);
+  // A short read names `bytes`, the argument of restore() it came from.
+  ByteReader in(bytes, [](const std::string& why) { throw_invalid_argument("ParameterServer::restore", "bytes", why); });
   char magic[8] = {};
   in.bytes(magic, sizeof magic);
   DTL_REQUIRE_ARG(std::memcmp(magic, kMagic, sizeof magic) == 0, "ParameterServer::restore", "bytes",

@@ -63,7 +63,7 @@ inline constexpr std::size_t kDefaultFirstBucketCapBytes = std::size_t{1} << 20;
 // Task A: the model is the same on every rank (ddp_model.cc)
 // ---------------------------------------------------------------------------
 
-/// @brief Checks that every rank of `comm` holds the same model: the same number
+/// @brief Checks that every rank of `backend` holds the same model: the same number
 /// of parameters, and parameter i has the same name and element count everywhere.
 ///
 /// Each rank makes a fingerprint of its model (count, and per parameter its numel
@@ -72,24 +72,24 @@ inline constexpr std::size_t kDefaultFirstBucketCapBytes = std::size_t{1} << 20;
 /// a collective hang (see Note [A check that cannot hang] in src/ddp_model.cc).
 /// Every rank then throws the same error.
 ///
-/// Collective: every rank of `comm` must call it.
-/// @param[in] comm the ranks that must agree.
+/// Collective: every rank of `backend` must call it.
+/// @param[in] backend the ranks that must agree.
 /// @param[in] model this rank's model.
 /// @throws dtl::InvalidArgument on every rank if two ranks disagree, naming the
 ///         first rank that differs from rank 0 and the first parameter (index,
 ///         name on this rank, element counts) where it differs, or the two counts.
-void check_model_agreement(Communicator& comm, const nn::Model& model);
+void check_model_agreement(Communicator& backend, const nn::Model& model);
 
 /// @brief Makes every rank's parameters equal to rank `root`'s: check_model_agreement(),
 /// then a broadcast of every parameter (or of the flat parameter buffer when the
 /// model was flattened), waited for before returning.
 ///
-/// Collective: every rank of `comm` must call it.
-/// @param[in] comm the ranks.
+/// Collective: every rank of `backend` must call it.
+/// @param[in] backend the ranks.
 /// @param[in,out] model this rank's model; its parameter values are overwritten except on root.
 /// @param[in] root the rank whose parameters everyone gets (default 0).
 /// @throws dtl::InvalidArgument as check_model_agreement(), or for a bad root.
-void broadcast_parameters(Communicator& comm, nn::Model& model, int root = 0);
+void broadcast_parameters(Communicator& backend, nn::Model& model, int root = 0);
 
 // ---------------------------------------------------------------------------
 // Task B: buckets (ddp_buckets.cc)
@@ -191,13 +191,13 @@ class Reducer {
  public:
   /// @brief Flattens the gradients, assigns buckets and installs the grad_ready hook.
   ///
-  /// Collective: calls check_model_agreement(), so every rank of `comm` must construct its Reducer together.
-  /// @param[in] comm the ranks to average over; must outlive the reducer.
+  /// Collective: calls check_model_agreement(), so every rank of `backend` must construct its Reducer together.
+  /// @param[in] backend the ranks to average over; must outlive the reducer.
   /// @param[in,out] model the model; must outlive the reducer. Its grad_ready hook is replaced.
   /// @param[in] options mode, caps, timeline.
   /// @throws dtl::InvalidArgument as check_model_agreement() or assign_buckets(), or
   ///         if the gradients are not f32.
-  Reducer(Communicator& comm, nn::Model& model, ReducerOptions options = {});
+  Reducer(Communicator& backend, nn::Model& model, ReducerOptions options = {});
   /// @brief Removes the hook; waits for pending allreduces (errors are printed, not thrown).
   ~Reducer();
   Reducer(const Reducer&) = delete;
@@ -254,7 +254,7 @@ class Reducer {
   void record_stats(double wait_begin, double wait_end);
   void reset_step();
 
-  Communicator& comm_;
+  Communicator& backend_;
   nn::Model& model_;
   ReducerOptions options_;
   std::vector<nn::Parameter*> params_;   // Model::parameters(), forward order

@@ -190,22 +190,22 @@ enum class DividePlacement {
 /// @return "pre-divide" or "post-divide".
 const char* divide_placement_name(DividePlacement placement);
 
-/// @brief Averages a 16-bit buffer over the ranks of `comm`, dividing where `placement` says.
+/// @brief Averages a 16-bit buffer over the ranks of `backend`, dividing where `placement` says.
 ///
 /// kPre: divide_half(buf, W), then a summing allreduce; kPost: a summing
-/// allreduce, then divide_half(buf, W). The allreduce is comm.allreduce(buf,
+/// allreduce, then divide_half(buf, W). The allreduce is backend.allreduce(buf,
 /// count, dtype, ReduceOp::kSum), waited for before returning; over a
 /// HalfSumCommunicator its additions are reduce_half_sum(). With W = 1 nothing
 /// is divided and nothing changes.
 ///
-/// Collective: every rank of `comm` must call it, with the same count and dtype.
-/// @param[in] comm the ranks; its backend must reduce 16-bit floats (HalfSumCommunicator, or NCCL).
+/// Collective: every rank of `backend` must call it, with the same count and dtype.
+/// @param[in] backend the ranks; it must reduce 16-bit floats (HalfSumCommunicator, or NCCL).
 /// @param[in,out] buf `count` elements of `dtype`: this rank's gradients in, the average out.
 /// @param[in] count elements (the same on every rank).
 /// @param[in] dtype DType::kF16 or DType::kBF16.
 /// @param[in] placement where to divide.
 /// @throws dtl::InvalidArgument for another dtype (before any communication, on every rank alike).
-void allreduce_mean_half(Communicator& comm, void* buf, std::size_t count, DType dtype, DividePlacement placement);
+void allreduce_mean_half(Communicator& backend, void* buf, std::size_t count, DType dtype, DividePlacement placement);
 
 // ---------------------------------------------------------------------------
 // Task B: rounding and loss scaling (loss_scaler.cc)
@@ -292,17 +292,17 @@ class LossScaler {
   ///
   /// out[i] = float(grads[i]) * (1 / scale()), computed in fp32. found_inf is
   /// true on this rank if any out[i] is inf or NaN; the flag is then summed over
-  /// the ranks (an int32 allreduce on `comm`), so the result is the same on
+  /// the ranks (an int32 allreduce on `backend`), so the result is the same on
   /// every rank: true if any rank found one.
   ///
-  /// Collective: every rank of `comm` must call it.
-  /// @param[in] comm the ranks that must agree.
+  /// Collective: every rank of `backend` must call it.
+  /// @param[in] backend the ranks that must agree.
   /// @param[in] grads f16, bf16 or f32: the (averaged) scaled gradients.
   /// @param[out] out f32, grads.numel() elements (may be grads itself when grads is f32).
   /// @return true on every rank if any rank's gradients hold an inf or NaN.
   /// @throws dtl::InvalidArgument on wrong dtypes or counts (the same on every rank
   ///         when the shapes are; the caller must keep them the same).
-  virtual bool unscale_and_check(Communicator& comm, const nn::Tensor& grads, const nn::Tensor& out);
+  virtual bool unscale_and_check(Communicator& backend, const nn::Tensor& grads, const nn::Tensor& out);
 
   /// @brief Moves the scale after a step (kDynamic only; kNone and kStatic keep it).
   ///
@@ -336,8 +336,8 @@ class LossScaler {
 struct StepHooks {
   /// Rounds the fp32 gradients `src` into the 16-bit `dst` and counts the losses. Empty: round_to_half().
   std::function<RoundStats(const nn::Tensor& dst, const nn::Tensor& src)> round;
-  /// Averages one bucket of 16-bit gradients over the ranks of `comm`. Empty: allreduce_mean_half().
-  std::function<void(Communicator& comm, void* buf, std::size_t count, DType dtype, DividePlacement placement)>
+  /// Averages one bucket of 16-bit gradients over the ranks of `backend`. Empty: allreduce_mean_half().
+  std::function<void(Communicator& backend, void* buf, std::size_t count, DType dtype, DividePlacement placement)>
       average;
   /// Makes the trainer's loss scaler. Empty: a LossScaler of these options.
   std::function<std::unique_ptr<LossScaler>(const LossScalerOptions& options)> make_scaler;
@@ -393,14 +393,14 @@ class MixedPrecisionTrainer {
  public:
   /// @brief Flattens the model, broadcasts rank 0's weights, builds the copies above.
   ///
-  /// Collective over `comm` (a broadcast).
-  /// @param[in] comm the data-parallel ranks; must outlive the trainer. 16-bit
+  /// Collective over `backend` (a broadcast).
+  /// @param[in] backend the data-parallel ranks; must outlive the trainer. 16-bit
   ///            precisions need a backend that reduces 16-bit floats (make_communicator()).
   /// @param[in,out] model an f32 model that was not flattened; must outlive the trainer.
   /// @param[in] options precision, scaling, divide placement, bucket cap, AdamW.
   /// @throws dtl::InvalidArgument naming the argument (and the rank) if the model is
   ///         not f32, is already flattened, or the bucket cap is 0; or as LossScaler.
-  MixedPrecisionTrainer(Communicator& comm, nn::Model& model, MixedOptions options);
+  MixedPrecisionTrainer(Communicator& backend, nn::Model& model, MixedOptions options);
   MixedPrecisionTrainer(const MixedPrecisionTrainer&) = delete;
   MixedPrecisionTrainer& operator=(const MixedPrecisionTrainer&) = delete;
 
@@ -436,7 +436,7 @@ class MixedPrecisionTrainer {
   /// @param[in] offset the bucket's first element. @param[in] count its elements.
   void average_bucket(std::size_t offset, std::size_t count);
 
-  Communicator& comm_;
+  Communicator& backend_;
   nn::Model& model_;
   MixedOptions options_;
   std::unique_ptr<LossScaler> scaler_;  // options.hooks.make_scaler's, or a LossScaler

@@ -408,15 +408,15 @@ class ShardedTrainer {
  public:
   /// @brief Builds the FlatParameters, shards and optimizers; installs the hooks.
   ///
-  /// Collective over `comm` (a broadcast per unit).
-  /// @param[in] comm the ranks; must outlive the trainer.
+  /// Collective over `backend` (a broadcast per unit).
+  /// @param[in] backend the ranks; must outlive the trainer.
   /// @param[in,out] model an f32 model that was not flattened; must outlive the trainer;
   ///            its hooks are replaced.
   /// @param[in] options mode, optimizer, prefetch, precision, limits.
   /// @throws dtl::InvalidArgument naming the argument, the unit and the rank: an f64 or
   ///         flattened model, prefetch < 0, a 16-bit param_dtype or offload outside FSDP, a
   ///         bad loss_scale, a unit above max_unit_bytes, or layouts that do not match the units.
-  ShardedTrainer(Communicator& comm, nn::Model& model, ShardedOptions options);
+  ShardedTrainer(Communicator& backend, nn::Model& model, ShardedOptions options);
   /// @brief Removes the hooks and waits for anything in flight (errors printed, not thrown).
   ~ShardedTrainer();
   ShardedTrainer(const ShardedTrainer&) = delete;
@@ -443,7 +443,7 @@ class ShardedTrainer {
   /// @return the options.
   const ShardedOptions& options() const noexcept { return options_; }
   /// @return the communicator.
-  Communicator& comm() noexcept { return comm_; }
+  Communicator& backend() noexcept { return backend_; }
   /// @return the model.
   nn::Model& model() noexcept { return model_; }
   /// @brief Where the shards and the optimizer state live (Note [CPU offload]).
@@ -471,7 +471,7 @@ class ShardedTrainer {
   // Both.
   double wait_timed(Work& work, const std::string& what);  // waits, adds to exposed time and timeline
 
-  Communicator& comm_;
+  Communicator& backend_;
   nn::Model& model_;
   ShardedOptions options_;
   std::vector<UnitState> units_;
@@ -499,7 +499,7 @@ class CheckpointError : public Error {
 /// @brief Writes this rank's shard of every unit to `dir`/shard-R-of-W.dtl, and
 /// rank 0 the manifest (Note [Sharded checkpoints]).
 ///
-/// Collective over trainer.comm(): every rank writes, then the ranks agree
+/// Collective over trainer.backend(): every rank writes, then the ranks agree
 /// (agree_or_throw()), so either every rank returns or every rank throws.
 /// @param[in] trainer the trainer (nothing in flight: between steps).
 /// @param[in] dir an existing folder, writable.
@@ -509,7 +509,7 @@ void save_checkpoint(ShardedTrainer& trainer, const std::string& dir);
 /// @brief Loads a checkpoint written by save_checkpoint() at any world size into
 /// `trainer`, re-sharding for this trainer's world size (reshard_sources()).
 ///
-/// Collective over trainer.comm(). Every rank reads the manifest and the old
+/// Collective over trainer.backend(). Every rank reads the manifest and the old
 /// shard files it needs, checks them, and builds its new shards and optimizer
 /// state aside; the ranks agree; only then does every rank replace its state.
 /// @param[in,out] trainer a trainer of the same model (unit names and counts),
@@ -581,13 +581,13 @@ Manifest read_manifest(const std::string& path);
 
 /// @brief Makes every rank succeed or fail together.
 ///
-/// Collective over `comm`: each rank passes its own error message ("" when it
+/// Collective over `backend`: each rank passes its own error message ("" when it
 /// succeeded). If every message is empty, returns. Otherwise every rank throws
 /// CheckpointError with the message of the lowest rank that failed, prefixed by
 /// "rank R: " (an int allreduce of the failing ranks and a broadcast of the message).
-/// @param[in] comm the ranks.
+/// @param[in] backend the ranks.
 /// @param[in] error this rank's error, or "".
 /// @throws CheckpointError on every rank if any rank's error is not empty.
-void agree_or_throw(Communicator& comm, const std::string& error);
+void agree_or_throw(Communicator& backend, const std::string& error);
 
 }  // namespace dtl::lab06

@@ -22,8 +22,8 @@
 ///   - Task D (stash.cc): weight stashing for PipeDream's asynchronous 1F1B,
 ///     so that a micro-batch's backward uses the weights its forward used (WeightStash);
 ///   - Task E (grid.cc): pipelines side by side, data parallel across them:
-///     sub-communicators and the gradient average per stage (make_grid(),
-///     allreduce_stage_gradients()).
+///     sub-communicators and the gradient average per stage (lab07/grid.h:
+///     make_grid(), allreduce_data_parallel_gradients()).
 ///
 /// and, given (labs/07_pipeline/given/, compiled into both builds, not yours to edit):
 ///   - pipeline_util.cc   micro-batch rows and views, schedule text, bubble_fraction().
@@ -51,6 +51,7 @@
 #include "harness/nn/layers.h"
 #include "harness/nn/model.h"
 #include "harness/nn/tensor.h"
+#include "lab07/grid.h"
 
 namespace dtl::lab07 {
 
@@ -203,12 +204,12 @@ namespace dtl::lab07 {
 // Note [Pipeline x data parallel]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // W = D x P ranks: D pipelines (replicas) of P stages. Rank r is stage r mod P of
-// replica r / P. Two sub-communicators per rank (make_grid()): its pipeline (the
-// P ranks of its replica, in stage order: point-to-point between stages) and its
-// data-parallel group (the D ranks that hold the same stage: the gradient
-// average). Each replica takes 1/D of the batch; after the pipeline step, each
-// stage's gradients are averaged over its data-parallel group
-// (allreduce_stage_gradients()), and every replica of a stage takes the same
+// replica r / P. Two sub-communicators per rank (make_grid(), lab07/grid.h): its
+// pipeline, the grid's model_group (the P ranks of its replica, in stage order:
+// point-to-point between stages), and its data_group (the D ranks that hold the
+// same stage: the gradient average). Each replica takes 1/D of the batch; after
+// the pipeline step, each stage's gradients are averaged over its data group
+// (allreduce_data_parallel_gradients()), and every replica of a stage takes the same
 // optimizer step. The gradient allreduces of different stages run on disjoint
 // groups, at once. With 4 ranks: replicas {0, 1} and {2, 3}; data groups {0, 2}
 // (stage 0) and {1, 3} (stage 1).
@@ -536,35 +537,9 @@ class PipelineStage {
 };
 
 // ---------------------------------------------------------------------------
-// Task E: pipeline x data parallel (grid.cc)
+// Task E: pipeline x data parallel (grid.cc): Grid, make_grid() and
+// allreduce_data_parallel_gradients() are declared in lab07/grid.h (lab 08 builds
+// its tensor x data grid on them).
 // ---------------------------------------------------------------------------
-
-/// @brief This rank's place in D pipelines of P stages (Note [Pipeline x data parallel]).
-struct Grid {
-  Comm pipeline;     ///< the P ranks of this replica; rank = stage
-  Comm data;         ///< the D ranks holding this stage; rank = replica
-  int stage = 0;     ///< s = world rank mod P
-  int replica = 0;   ///< world rank / P
-  int stages = 1;    ///< P
-  int replicas = 1;  ///< D = world size / P
-};
-
-/// @brief Splits `world` into D pipelines of P consecutive ranks, and D-rank data-parallel groups.
-///
-/// Collective over `world`.
-/// @param[in] world the ranks (size W).
-/// @param[in] stages P, dividing W.
-/// @return this rank's grid; both communicators are owned (freed with the Grid).
-/// @throws dtl::InvalidArgument if stages < 1 or does not divide W (on every rank, before any communication).
-Grid make_grid(MPI_Comm world, int stages);
-
-/// @brief Averages this stage's gradients over its data-parallel group: one
-/// ReduceOp::kAvg allreduce of the flat gradient buffer if the model's gradients
-/// were flattened, else one per parameter; all issued, then all waited for.
-///
-/// Collective over `data`: every replica of this stage calls it once per step.
-/// @param[in] data the data-parallel group (a Communicator over Grid::data).
-/// @param[in,out] model this stage's model; its gradients become the average.
-void allreduce_stage_gradients(Communicator& data, nn::Model& model);
 
 }  // namespace dtl::lab07

@@ -21,18 +21,21 @@
 ///   - Task C (vocab_parallel.cc): the vocabulary-parallel embedding and a
 ///     cross-entropy that never gathers the full logits (VocabParallelEmbedding,
 ///     VocabParallelCrossEntropy);
-///   - Task D (the sequence_parallel branches of task A, and grid.cc's
+///   - Task D (the sequence_parallel branches of task A, and sequence_parallel.cc's
 ///     allreduce_sequence_parallel_gradients()): sequence parallelism, where the
 ///     LayerNorm/dropout regions keep 1/T of the rows and each allreduce becomes
 ///     a reduce-scatter plus an all-gather;
-///   - Task E (grid.cc): tensor parallel inside a group of T consecutive ranks,
-///     data parallel across the groups (make_grid(),
-///     allreduce_data_parallel_gradients()).
+///   - TP x DP: tensor parallel inside a group of T consecutive ranks, data
+///     parallel across the groups, on lab 07's grid (lab07/grid.h: your lab-07
+///     make_grid() with T as the model size, and allreduce_data_parallel_gradients();
+///     this lab links lab 07's library, as lab 04 links lab 03's).
 ///
 /// and, given (labs/08_tensor_parallel/given/, compiled into both builds, not yours to edit):
 ///   - tp_util.cc   shard_range() (the one place a size is split and refused),
 ///                  round_up(), and make_tensor_parallel_gpt(), which builds a
-///                  GPT's tensor-parallel copy from your layers and blocks.
+///                  GPT's tensor-parallel copy from your layers and blocks;
+///   - layer_helpers.{h,cc}  the layers' size checks, bias helpers, output shapes,
+///                  activation slots and parameter lists around your passes.
 ///
 /// See Note [Tensor parallelism], Note [f and g], Note [Splitting a fused
 /// projection], Note [Heads split], Note [Vocabulary parallel], Note [Sequence
@@ -60,6 +63,7 @@
 #include "harness/nn/layers.h"
 #include "harness/nn/model.h"
 #include "harness/nn/tensor.h"
+#include "lab07/grid.h"
 
 namespace dtl::lab08 {
 
@@ -215,8 +219,9 @@ namespace dtl::lab08 {
 // W = T x D ranks: D data-parallel replicas, each a tensor-parallel group of T
 // consecutive ranks (consecutive: on a real machine they share a node and its
 // NVLink). Rank w is tensor-parallel rank w mod T of replica w / T. Two
-// sub-communicators per rank (make_grid()): its tensor-parallel group (every
-// layer's collectives) and its data-parallel group (the ranks holding the
+// sub-communicators per rank, from lab 07's make_grid(world, T) (lab07/grid.h):
+// its tensor-parallel group, the grid's model_group (every layer's collectives;
+// model_rank is the tensor-parallel rank), and its data_group (the ranks holding the
 // *same slice* of every weight in the other replicas: the gradient average).
 // Each replica takes 1/D of the batch; the T ranks of a replica read the same
 // rows. After backward, every rank averages its (sliced) gradients over its
@@ -608,35 +613,14 @@ class VocabParallelCrossEntropy {
 nn::Model make_tensor_parallel_gpt(nn::Model& full, Communicator& tp);
 
 // ---------------------------------------------------------------------------
-// Tasks D and E: gradients across groups, and TP x DP (grid.cc)
+// Task D: gradients across the tensor group (sequence_parallel.cc); TP x DP on lab 07's grid
 // ---------------------------------------------------------------------------
 
-/// @brief This rank's place in D replicas of T tensor-parallel ranks (Note [TP x DP]).
-struct Grid {
-  Comm tensor;       ///< the T consecutive ranks of this replica; rank = tensor-parallel rank
-  Comm data;         ///< the D ranks holding the same slices; rank = replica
-  int tp_rank = 0;   ///< world rank mod T
-  int replica = 0;   ///< world rank / T
-  int tp_size = 1;   ///< T
-  int replicas = 1;  ///< D = world size / T
-};
-
-/// @brief Splits `world` into D tensor-parallel groups of T consecutive ranks and T data-parallel groups.
-///
-/// Collective over `world`.
-/// @param[in] world the ranks (size W).
-/// @param[in] tp_size T, dividing W.
-/// @return this rank's grid; both communicators are owned.
-/// @throws dtl::InvalidArgument naming "tp_size" if it is < 1 or does not divide W (on every rank, before any communication).
-Grid make_grid(MPI_Comm world, int tp_size);
-
-/// @brief Averages every gradient of `model` over its data-parallel group
-/// (ReduceOp::kAvg; one allreduce per parameter, all issued, then all waited for).
-///
-/// Collective over `data`: every replica calls it once per step.
-/// @param[in] data the data-parallel group (a Communicator over Grid::data).
-/// @param[in,out] model this rank's (sliced) model; its gradients become the average.
-void allreduce_data_parallel_gradients(Communicator& data, nn::Model& model);
+// TP x DP runs on lab 07's grid (Note [TP x DP]): one Grid, one make_grid() and one
+// allreduce_data_parallel_gradients() for both labs, your lab-07 code.
+using lab07::allreduce_data_parallel_gradients;
+using lab07::Grid;
+using lab07::make_grid;
 
 /// @brief Sums the partial gradients of parameters used in a sequence-parallel
 /// region over the tensor-parallel group (Note [Sequence parallelism]).
