@@ -164,10 +164,13 @@ def fit_ranks(item: PerfItem, cores: int) -> int | None:
 # How many times one benchmark run repeats the row (Google Benchmark's
 # --benchmark_repetitions): the run's value is the median of its repetitions, so
 # that a burst of load during one repetition does not become the run's value.
-# A run costs its program start-up (MPI_Init of every rank: about 0.5 s on the
-# 2-core machine) and then some 50 ms per repetition of a 4 MiB row: repeating
-# inside the run is cheap, starting another run is not.
-REPETITIONS = 5
+# A run costs its program start-up (mpirun and MPI_Init of every rank: about
+# 0.5 s on the 2-core machine) and then some 50 ms per repetition of a 4 MiB row,
+# so on a quiet machine repeating inside the run is cheap and starting another
+# run is not. On a loaded one every message waits for both ranks to be scheduled
+# and a repetition of that row took 1 to 4 s (load average 10 on 2 cores): hence
+# 3, not more.
+REPETITIONS = 3
 AGGREGATES = ("_mean", "_median", "_stddev", "_cv")  # Google Benchmark's rows over the repetitions
 
 
