@@ -8,7 +8,8 @@
 // speed items repeat many times). Collectives: AllreduceRing (allreduce_ring),
 // AllreduceRingSegmented (allreduce_ring_segmented with kSegmentBytes segments),
 // ReduceScatterRing and AllgatherRing (vendor: MPI_Reduce_scatter and
-// MPI_Allgatherv with the ring's chunk counts), and a sweep of the segment size at 16 MiB (SegmentSweep/<seg>).
+// MPI_Allgatherv with the ring's chunk counts), and a sweep of the segment size
+// at 16 MiB (SegmentSweep/<seg>).
 //   size   the bytes of each rank's buffer (nccl-tests' size for allreduce);
 //   time   median of the slowest rank's time per call; vendor = MPI_Allreduce
 //          (or the reduce-scatter / allgather) as Open MPI picks it by default,
