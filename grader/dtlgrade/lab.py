@@ -38,7 +38,7 @@ class Item:
 @dataclass
 class PerfItem:
     """Points for speed: the submission's benchmark row against the reference's,
-    measured as `runs` pairs of runs in alternating order; the score follows the
+    measured in pairs of runs (reference, submission, reference); the score follows the
     median of the per-pair ratios (full at or below full_at, none at or above
     zero_at, linear between). Scored only when the items in `requires` passed.
 
@@ -49,7 +49,8 @@ class PerfItem:
 
     Each pair also runs the reference twice, and a pair count between `runs` and
     `max_runs` (default 2 * runs) depends on the noise (perf.py, Note [Noise
-    guard]); a clear result ends it after `early_runs` pairs (Note [Early stop]). The item runs at `ranks` ranks when the grader has a core for each,
+    guard]); a clear result ends it after `early_runs` pairs (Note [Early
+    stop]). The item runs at `ranks` ranks when the grader has a core for each,
     else at the largest of `ranks_allowed` (default: only `ranks`) that fits, else
     it is not gradable there (perf.fit_ranks())."""
     name: str
