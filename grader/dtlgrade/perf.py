@@ -162,15 +162,15 @@ def fit_ranks(item: PerfItem, cores: int) -> int | None:
 # Measuring
 
 # How many times one benchmark run repeats the row (Google Benchmark's
-# --benchmark_repetitions): the run's value is the median of its repetitions, so
-# that a burst of load during one repetition does not become the run's value.
-# A run costs its program start-up (mpirun and MPI_Init of every rank: about
-# 0.5 s on the 2-core machine) and then some 50 ms per repetition of a 4 MiB row,
-# so on a quiet machine repeating inside the run is cheap and starting another
-# run is not. On a loaded one every message waits for both ranks to be scheduled
-# and a repetition of that row took 1 to 4 s (load average 10 on 2 cores): hence
-# 3, not more.
-REPETITIONS = 3
+# --benchmark_repetitions; the run's value is then the median of its
+# repetitions). A run costs its program start-up (mpirun and MPI_Init of every
+# rank: about 0.5 s on the 2-core machine) and then its messages. On a quiet
+# machine a repetition of a 4 MiB row adds some 50 ms; on a loaded one every
+# message waits for both ranks to be scheduled, and with 3 repetitions lab 01's
+# speed item took 203 s for 9 runs at load average 11 on 2 cores (1 repetition:
+# see grader/README.md). More repetitions buy little that more pairs do not,
+# and cost most where the machine is slowest: 1.
+REPETITIONS = 1
 AGGREGATES = ("_mean", "_median", "_stddev", "_cv")  # Google Benchmark's rows over the repetitions
 
 
