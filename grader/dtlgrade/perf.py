@@ -289,10 +289,9 @@ def judge(pairs: Pairs, item: PerfItem) -> str:
 #   - every pair above zero_at x B (B the noise bound of these pairs, here the
 #     largest spread): no points, slower than the noise explains at every pair.
 #
-# Anything else measures on to `runs` pairs and is judged as before (judge()),
-# so an early stop never lowers a score that the full measurement would have
-# kept: the reference loses points only where judge() at `runs` pairs or more
-# says "scored", as before, or where all of its first pairs came out beyond
+# Anything else measures on to `runs` pairs and is judged as before (judge()).
+# So the reference loses points only where judge() at `runs` pairs or more says
+# "scored", as before, or where every one of its first pairs came out beyond
 # zero_at x B, which the simulations of test_perf_fairness.py never saw. A
 # submission a little slower than full_at (ratio 1.6, say) stops early only if
 # every one of its first pairs came out at or below full_at; else it gets the
