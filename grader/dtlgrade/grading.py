@@ -9,7 +9,9 @@ always returns a result: a submission can only lower its score. grade_batch()
 grades every sub-folder of a folder: one after the other, or with --jobs N, N
 at a time for the build and the correctness runs (each in a process of its
 own, its output in OUT/NAME.log), then the speed items one submission at a
-time with nothing else of the batch running (Note [Speed in a batch]).
+time with nothing else of the batch running (Note [Speed in a batch]). A batch
+run again into the same OUT keeps the submissions it finished (resume.py) and
+prints a progress line with an ETA after each one (progress.BatchProgress).
 
 The temporary folder holds tree/ (the pristine tree with the submission),
 build/ and runs/ (each run's working folder). The build's sandbox sees all of it
