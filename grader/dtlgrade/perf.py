@@ -456,7 +456,10 @@ def perf_rows(lab: Lab, passed: set[str], has_reference: bool, exe_dir: Path, wo
                 result = score_perf(item, ranks, student, reference, work, log)
             moved = "" if ranks == item.ranks else (f"run at {ranks} ranks, not {item.ranks}: {why_cores}; the "
                                                      f"rubric allows {' or '.join(map(str, item.ranks_allowed))}\n")
-            row.update(score=result.score, status=result.status, output=moved + result.output,
+            # An item left out says so first (its reason, then the rank count it ran at).
+            output = result.output + "\n" + moved if result.status in ("not gradable", TOO_NOISY) and moved \
+                else moved + result.output
+            row.update(score=result.score, status=result.status, output=output,
                        ranks=str(ranks) if not moved else f"{ranks} (not {item.ranks})",
                        extra_data=dict(result.details, cores=cores))
             if result.status in ("not gradable", TOO_NOISY):

@@ -148,6 +148,22 @@ class TestCores(unittest.TestCase):
         self.assertEqual(row["max_score"], 0.0)
 
 
+    def test_too_noisy_at_fewer_ranks_says_so_first(self):
+        """An item moved to 2 ranks and too noisy: its output starts with the reason
+        (what Gradescope shows first, and what the grader tests look for)."""
+        lab = Lab(number="99", name="99_x", title="x", items=[], perf=[item(ranks=3, ranks_allowed=[2])])
+        real = perf.usable_cores, perf.score_perf
+        perf.usable_cores = lambda: (2, "2 usable core(s): test")
+        perf.score_perf = lambda *a, **k: perf.PerfResult(0.0, perf.TOO_NOISY, f"{perf.TOO_NOISY}: ...", {})
+        try:
+            (row,) = perf.perf_rows(lab, set(), True, Path("/nonexistent"), Path("."), lambda _: None)
+        finally:
+            perf.usable_cores, perf.score_perf = real
+        self.assertTrue(row["output"].startswith(perf.TOO_NOISY), row["output"])
+        self.assertIn("run at 2 ranks, not 3", row["output"])
+        self.assertEqual((row["max_score"], row["ranks"]), (0.0, "2 (not 3)"))
+
+
 class TestNoiseGuard(unittest.TestCase):
     def test_reference_against_itself_never_loses_points(self):
         """200 gradings of the reference against itself per noise level, from a quiet
