@@ -9,7 +9,9 @@ always returns a result: a submission can only lower its score. grade_batch()
 grades every sub-folder of a folder: one after the other, or with --jobs N, N
 at a time for the build and the correctness runs (each in a process of its
 own, its output in OUT/NAME.log), then the speed items one submission at a
-time with nothing else of the batch running (Note [Speed in a batch]).
+time with nothing else of the batch running (Note [Speed in a batch]). A batch
+run again into the same OUT keeps the submissions it finished (resume.py) and
+prints a progress line with an ETA after each one (progress.BatchProgress).
 
 The temporary folder holds tree/ (the pristine tree with the submission),
 build/ and runs/ (each run's working folder). The build's sandbox sees all of it
@@ -31,12 +33,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import imports, objects, progress
+from . import imports, objects, progress, resume
 from .build import build, compiler_errors, foreign_includes
 from .lab import ROOT, GraderError, Lab, binaries_for, read_toml, skeleton_src
 from .perf import fit_ranks, not_gradable_here_row, perf_rows, usable_cores
 from .process import confine
-from .report import gradescope_results, print_report, totals, write_results, write_summary
+from .report import gradescope_results, print_report, totals, write_summary
 from .runner import Allowance, gpu_available, run_items
 from .sandbox import Sandbox
 from .score import TEST_OUTPUT_CAP, failed_rows, item_rows
@@ -352,17 +354,31 @@ def grade_batch(lab: Lab, folder: Path, out: Path, hidden_dirs: list[Path], args
     """Grades every sub-folder of `folder` (a submission each, named by the folder),
     one after the other, or `args.jobs` at a time up to the speed items, which come
     last, one submission at a time (Note [Speed in a batch]); writes out/NAME.json
-    and out/summary.csv (and out/NAME.log with --jobs)."""
+    and out/summary.csv (and out/NAME.log with --jobs). Submissions an earlier run
+    into `out` finished are kept, not graded again (resume.py); a progress line
+    with an estimate of the time left follows each one (progress.BatchProgress)."""
     if not folder.is_dir():
         raise GraderError(f"--batch {folder}: not a folder")
     submissions = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not submissions:
         raise GraderError(f"--batch {folder}: no sub-folders (one per submission) in it")
     out.mkdir(parents=True, exist_ok=True)
-    graded: dict[str, dict] = {}
     jobs = max(1, getattr(args, "jobs", 1) or 1)
+    prints = {sub.name: resume.fingerprint(sub, lab.number, hidden_dirs) for sub in submissions}
+    graded: dict[str, dict] = resume.finished(out, prints)
+    todo = [sub for sub in submissions if sub.name not in graded]
+    if graded:
+        print(f"resuming: {len(graded)} of {len(submissions)} submissions were graded by an earlier run into {out} "
+              f"and are kept ({resume.STATE_FILE}); grading the other {len(todo)}", flush=True)
+    bar = progress.BatchProgress(len(submissions), len(graded), 1 if jobs == 1 else 2)
+    print(bar.line(), flush=True)
+
+    def step(name: str, what: str) -> None:
+        bar.step()
+        print(bar.line(f"{name} {what}"), flush=True)
+
     if jobs == 1:
-        for sub in submissions:
+        for sub in todo:
             args.submission = str(sub)
             try:
                 source, description = submission_sources(lab, args)
@@ -372,13 +388,14 @@ def grade_batch(lab: Lab, folder: Path, out: Path, hidden_dirs: list[Path], args
             except Exception as e:  # noqa: BLE001 -- one submission must not end the batch
                 graded[sub.name] = grader_error_results(lab, e)
                 print(f"  GRADER ERROR for {sub.name}: {type(e).__name__}: {e} -- recorded, going on", flush=True)
-            write_results(out / f"{sub.name}.json", graded[sub.name])
+            resume.record(out, sub.name, graded[sub.name], prints[sub.name])
+            step(sub.name, "graded")
     else:
         batch = Path(tempfile.mkdtemp(prefix=f"dtl-batch-{lab.number}-"))
         WORK_FOLDERS.add(batch)
         try:
-            waiting, running, done = list(submissions), {}, {}
-            print(f"grading {len(submissions)} submissions, {jobs} at a time up to their speed items; "
+            waiting, running, done = list(todo), {}, {}
+            print(f"grading {len(todo)} submissions, {jobs} at a time up to their speed items; "
                   f"each one's output in {out}/NAME.log", flush=True)
             while waiting or running:
                 while waiting and len(running) < jobs:
@@ -403,9 +420,11 @@ def grade_batch(lab: Lab, folder: Path, out: Path, hidden_dirs: list[Path], args
                 except Exception as e:  # noqa: BLE001 -- one submission must not end the batch
                     graded[sub.name] = grader_error_results(lab, e)
                     print(f"  GRADER ERROR for {sub.name}: {type(e).__name__}: {e} -- recorded, going on", flush=True)
-            for sub in submissions:
+                step(sub.name, "correctness graded")
+            for sub in todo:
                 if sub.name not in done:
-                    write_results(out / f"{sub.name}.json", graded[sub.name])
+                    resume.record(out, sub.name, graded[sub.name], prints[sub.name])
+                    step(sub.name, "recorded")
                     continue
                 outcome = done[sub.name]
                 try:
@@ -420,10 +439,13 @@ def grade_batch(lab: Lab, folder: Path, out: Path, hidden_dirs: list[Path], args
                     results = grader_error_results(lab, e)
                     print(f"  GRADER ERROR for {sub.name}: {type(e).__name__}: {e} -- recorded, going on", flush=True)
                 graded[sub.name] = results
-                write_results(out / f"{sub.name}.json", results)
+                resume.record(out, sub.name, results, prints[sub.name])
+                step(sub.name, "graded")
         finally:
             shutil.rmtree(batch, ignore_errors=True)
             WORK_FOLDERS.discard(batch)
-    write_summary(out / "summary.csv", graded)
-    print(f"\ngraded {len(submissions)} submissions; results in {out}/ (summary.csv, NAME.json)")
+    write_summary(out / "summary.csv", {sub.name: graded[sub.name] for sub in submissions})
+    kept = len(submissions) - len(todo)
+    print(f"\ngraded {len(todo)} submissions{f' ({kept} more kept from an earlier run)' if kept else ''}; "
+          f"results in {out}/ (summary.csv, NAME.json)")
     return 0

@@ -38,7 +38,7 @@ class Item:
 @dataclass
 class PerfItem:
     """Points for speed: the submission's benchmark row against the reference's,
-    measured as `runs` pairs of runs in alternating order; the score follows the
+    measured in pairs of runs (reference, submission, reference); the score follows the
     median of the per-pair ratios (full at or below full_at, none at or above
     zero_at, linear between). Scored only when the items in `requires` passed.
 
@@ -49,7 +49,8 @@ class PerfItem:
 
     Each pair also runs the reference twice, and a pair count between `runs` and
     `max_runs` (default 2 * runs) depends on the noise (perf.py, Note [Noise
-    guard]). The item runs at `ranks` ranks when the grader has a core for each,
+    guard]); a clear result ends it after `early_runs` pairs (Note [Early
+    stop]). The item runs at `ranks` ranks when the grader has a core for each,
     else at the largest of `ranks_allowed` (default: only `ranks`) that fits, else
     it is not gradable there (perf.fit_ranks())."""
     name: str
@@ -64,12 +65,16 @@ class PerfItem:
     visibility: str = "visible"
     ranks_allowed: list[int] = field(default_factory=list)  # rank counts that measure the same thing
     max_runs: int = 0          # most pairs when the machine is noisy; 0: 2 * runs
+    early_runs: int = 0        # pairs after which a clear result stops early (perf.early_verdict()); 0: runs
 
     def __post_init__(self):
         self.ranks_allowed = sorted(set(self.ranks_allowed) | {self.ranks})
         self.max_runs = self.max_runs or 2 * self.runs
+        self.early_runs = self.early_runs or self.runs
         if self.runs < 1 or self.max_runs < self.runs:
             raise TypeError(f"runs = {self.runs}, max_runs = {self.max_runs}: need 1 <= runs <= max_runs")
+        if not 1 <= self.early_runs <= self.runs:
+            raise TypeError(f"early_runs = {self.early_runs}, runs = {self.runs}: need 1 <= early_runs <= runs")
         if min(self.ranks_allowed) < 1:
             raise TypeError(f"ranks_allowed = {self.ranks_allowed}: rank counts are at least 1")
         if not 0 < self.full_at < self.zero_at:

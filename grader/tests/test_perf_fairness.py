@@ -10,8 +10,14 @@
   issue 31) scores full marks or "too noisy", never less; a slow submission still
   loses its points on a quiet and on a noisy machine; the pair count grows only
   while the result is unclear;
-- what a speed row reports: the spread in the printed table and in results.json
-  (extra_data), no Gradescope status when too noisy;
+- the early stop (Note [Early stop]): after `early_runs` pairs that all say full
+  points or all say none, no more pairs; the same guarantees as above, simulated,
+  at fewer pairs; a close call still gets the whole measurement;
+- one run's value: the median of the row's repetitions, Google Benchmark's
+  aggregate rows left aside; the interval of the median ratio;
+- what a speed row reports: the ratio with its interval and the spread in the
+  printed table and in results.json (extra_data), no Gradescope status when too
+  noisy;
 - the machine's speed lock: a second grading waits for the first.
 """
 import math
@@ -142,6 +148,22 @@ class TestCores(unittest.TestCase):
         self.assertEqual(row["max_score"], 0.0)
 
 
+    def test_too_noisy_at_fewer_ranks_says_so_first(self):
+        """An item moved to 2 ranks and too noisy: its output starts with the reason
+        (what Gradescope shows first, and what the grader tests look for)."""
+        lab = Lab(number="99", name="99_x", title="x", items=[], perf=[item(ranks=3, ranks_allowed=[2])])
+        real = perf.usable_cores, perf.score_perf
+        perf.usable_cores = lambda: (2, "2 usable core(s): test")
+        perf.score_perf = lambda *a, **k: perf.PerfResult(0.0, perf.TOO_NOISY, f"{perf.TOO_NOISY}: ...", {})
+        try:
+            (row,) = perf.perf_rows(lab, set(), True, Path("/nonexistent"), Path("."), lambda _: None)
+        finally:
+            perf.usable_cores, perf.score_perf = real
+        self.assertTrue(row["output"].startswith(perf.TOO_NOISY), row["output"])
+        self.assertIn("run at 2 ranks, not 3", row["output"])
+        self.assertEqual((row["max_score"], row["ranks"]), (0.0, "2 (not 3)"))
+
+
 class TestNoiseGuard(unittest.TestCase):
     def test_reference_against_itself_never_loses_points(self):
         """200 gradings of the reference against itself per noise level, from a quiet
@@ -244,6 +266,95 @@ class TestNoiseGuard(unittest.TestCase):
             item(full_at=3.0, zero_at=1.5)
         self.assertEqual(item(ranks=3, ranks_allowed=[2]).ranks_allowed, [2, 3])
         self.assertEqual(item(runs=4).max_runs, 8)
+
+
+NOISE_LEVELS = ((0.03, 0.2, 0.05), (0.1, 0.5, 0.3), (0.2, 0.8, 0.5))  # quiet, busy, share busy
+
+
+class TestEarlyStop(unittest.TestCase):
+    """The rubrics' speed items: at least 3 pairs, 5 before a close call is judged."""
+
+    def early(self, **kw) -> PerfItem:
+        return item(runs=5, early_runs=3, **kw)
+
+    def test_reference_against_itself_never_loses_points(self):
+        pairs = {}
+        for quiet, busy, share in NOISE_LEVELS:
+            rng = random.Random(31)
+            for _ in range(300):
+                result = grade_with(FakeBench(1.0, mixture(rng, share, quiet, busy)), self.early())
+                self.assertIn(result.status, ("passed", perf.TOO_NOISY), result.output)
+                if result.status == "passed":
+                    self.assertEqual(result.score, 5)
+                pairs[quiet] = pairs.get(quiet, 0) + result.details["pairs"]
+        self.assertLess(pairs[0.03], 3.1 * 300, "a quiet machine: almost every grading stops after 3 pairs")
+        self.assertLess(pairs[0.2], 5 * 300, "a noisy one still stops early on average")
+
+    def test_slow_submissions_lose_their_points_at_three_pairs(self):
+        for slowdown, (quiet, busy, share) in ((3.5, NOISE_LEVELS[0]), (10.0, NOISE_LEVELS[0]),
+                                               (30.0, NOISE_LEVELS[1])):
+            rng = random.Random(7)
+            for _ in range(50):
+                result = grade_with(FakeBench(slowdown, mixture(rng, share, quiet, busy)), self.early())
+                self.assertEqual((result.status, result.score), ("failed", 0.0), result.output)
+                self.assertEqual(result.details["verdict"], "scored")
+            self.assertEqual(result.details["pairs"], 3, result.output)
+
+    def test_a_close_call_is_measured_in_full(self):
+        """Pairs on both sides of full_at: no early verdict; judged at 5 pairs."""
+        bench = FakeBench(submission=[1.4, 1.7, 1.6, 1.65, 1.7], reference=[1.0] * 10)
+        result = grade_with(bench, self.early())
+        self.assertEqual(result.details["pairs"], 5)
+        self.assertEqual(result.status, "failed")
+        self.assertAlmostEqual(result.score, round(5 * (3.0 - 1.65) / 1.5, 2))
+        self.assertNotIn("stopped early", result.output)
+
+    def test_early_stop_at_three_pairs_reports_it(self):
+        bench = FakeBench(1.0)
+        result = grade_with(bench, self.early())
+        self.assertEqual((result.status, result.score, result.details["pairs"]), ("passed", 5, 3))
+        self.assertEqual(len(bench.calls), 9)
+        self.assertIn("stopped early", result.output)
+        self.assertIn("75% interval 1.00 to 1.00", result.output)
+        self.assertEqual((result.details["interval"], result.details["interval_coverage"]), ([1.0, 1.0], 0.75))
+
+    def test_one_wild_reference_pair_is_not_an_early_zero(self):
+        """All three pairs slow, but the reference's own runs 12x apart in one: not
+        decided by the first pairs; the full rule decides (scored, as 10x slower)."""
+        reference = [1.0, 12.0] + [1.0, 1.1] * 9
+        result = grade_with(FakeBench(reference=reference, submission=[10.0] * 10), self.early())
+        self.assertGreater(result.details["pairs"], 3)
+        self.assertEqual((result.status, result.score), ("failed", 0.0), result.output)
+
+    def test_rubric_check(self):
+        self.assertEqual(item(runs=5).early_runs, 5)  # without early_runs: no early stop
+        with self.assertRaises(TypeError):
+            item(runs=5, early_runs=6)
+
+
+class TestOneRun(unittest.TestCase):
+    def record(self, name: str, ratio: float | None = None, error: str | None = None) -> dict:
+        return dict(event="row", name=name, error=error, counters={} if ratio is None else {"ratio": ratio})
+
+    def test_median_of_the_repetitions_without_the_aggregates(self):
+        rows = [dict(event="begin", world_size=2)]
+        rows += [self.record("Row/1 MiB/iterations:15/manual_time", r) for r in (1.2, 9.0, 1.0, 1.1, 8.0)]
+        rows += [self.record(f"Row/1 MiB/iterations:15/manual_time_{a}", 99.0) for a in ("mean", "median", "cv")]
+        rows += [self.record("Row/16 MiB/iterations:15/manual_time", 50.0)]  # another row
+        self.assertEqual(perf.row_value(rows, item()), (1.2, ""))
+
+    def test_an_error_or_no_row(self):
+        value, why = perf.row_value([self.record("Row/1 MiB", error="not implemented: ring_shift")], item())
+        self.assertIsNone(value)
+        self.assertIn("not implemented", why)
+        self.assertEqual(perf.row_value([self.record("Other/1 MiB", 1.0)], item()), (None, ""))
+
+    def test_median_interval(self):
+        self.assertEqual(perf.median_interval([3.0, 1.0, 2.0]), (1.0, 3.0, 0.75))
+        low, high, coverage = perf.median_interval([float(v) for v in range(1, 11)])
+        self.assertEqual((low, high), (2.0, 9.0))  # the 2nd lowest and highest of 10: 97.9%
+        self.assertAlmostEqual(coverage, 1 - 2 * 11 / 1024)
+        self.assertEqual(perf.median_interval([1.5]), (1.5, 1.5, 0.0))
 
 
 class TestReported(unittest.TestCase):

@@ -1,5 +1,8 @@
 """The live status line of long runs (dtlgrade/progress.py): drawn and erased on a
-terminal (a pseudo-terminal here), absent on a pipe, in CI and when turned off."""
+terminal (a pseudo-terminal here), absent on a pipe, in CI and when turned off. A
+batch's progress line: the bar, the count with the submissions kept from an
+earlier run, and an estimate of the time left from this run's steps only
+(test_batch_resume.py checks the lines a batch prints)."""
 import io
 import os
 import pty
@@ -59,6 +62,24 @@ class TestStatus(unittest.TestCase):
         finally:
             os.close(master)
             os.close(slave)
+
+
+class TestBatchProgress(unittest.TestCase):
+    def test_two_steps_each_and_kept_ones(self):
+        now = [0.0]
+        with mock.patch.object(progress.time, "monotonic", lambda: now[0]):
+            bar = progress.BatchProgress(10, kept=4, steps_each=2)  # --jobs: correctness, then speed
+            now[0] = 60.0
+            bar.step()  # one of the 6 left is half done after 60 s (4.5 of 10: 13 of 30 marks); 11 steps of 60 s to go
+            self.assertEqual(bar.line("x"), "[#############.................] 4/10 graded (4 kept from before), "
+                                            "1 min 00 s so far, ETA 11 min 00 s: x")
+            for _ in range(11):
+                bar.step()
+            self.assertTrue(bar.line().endswith("10/10 graded (4 kept from before), 1 min 00 s so far, done"))
+
+    def test_duration(self):
+        self.assertEqual([progress.duration(s) for s in (0, 59.4, 60, 3599, 3600, 7620)],
+                         ["0 s", "59 s", "1 min 00 s", "59 min 59 s", "1 h 00 min", "2 h 07 min"])
 
 
 if __name__ == "__main__":
