@@ -285,11 +285,38 @@ def run_kept_tests(work: Path, lab: str, ranks: int, *gtest_args: str,
     return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start
 
 
-def rebuild_kept(work: Path, lab: str) -> subprocess.CompletedProcess:
-    """Rebuilds only lab `lab`'s student test program in a kept folder, after a
-    test has changed a file of its graded tree (work/tree)."""
-    return subprocess.run(["cmake", "--build", str(work / "build"), "--target", f"lab{lab}_student_test"],
+def rebuild_kept(work: Path, lab: str, *targets: str) -> subprocess.CompletedProcess:
+    """Rebuilds only lab `lab`'s student test program (or the `targets` given, e.g.
+    "lab07_student_bench") in a kept folder, after a test has changed a file of its
+    graded tree (work/tree)."""
+    targets = targets or (f"lab{lab}_student_test",)
+    return subprocess.run(["cmake", "--build", str(work / "build"), "--target", *targets],
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace", timeout=300)
+
+
+def mutate_kept(work: Path, lab: str, function: str, body: str) -> None:
+    """Replaces the solution of `function` in the kept graded tree's copy of lab
+    `lab`'s src/ (the reference's, when the reference was graded) with `body`: a
+    fault, to rebuild with rebuild_kept() and measure beside the reference."""
+    folder, files = LABS[lab]
+    path = work / "tree" / "labs" / folder / "src" / files[function]
+    path.write_text(replace_solution(path.read_text(), function, body))
+
+
+def kept_speed(work: Path, lab: str, name: str):
+    """Measures the speed item `name` of lab `lab` in a kept folder as a grading
+    would (perf.score_perf(): pairs of runs, the noise guard, the machine's speed
+    lock), the kept build's student benchmark beside its reference benchmark.
+    Returns the PerfResult; its `output` gives the ratio and every pair. Cheaper
+    than grading a fault again: only what the fault changed is rebuilt."""
+    from dtlgrade.lab import load_lab  # grader/ is on sys.path (above)
+    from dtlgrade.perf import score_perf, speed_turn
+    item = next(p for p in load_lab(lab, []).perf if p.name == name)
+    exe = work / "build" / "labs" / LABS[lab][0]
+    runs = Path(tempfile.mkdtemp(prefix="speed-", dir=work))
+    with speed_turn(lambda text: print(text, file=sys.stderr, flush=True)):
+        return score_perf(item, item.ranks, exe / f"lab{lab}_student_bench", exe / f"lab{lab}_bench", runs,
+                          lambda _: None)
 
 
 _reference_run: GradeRun | None = None
