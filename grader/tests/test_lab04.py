@@ -66,6 +66,7 @@ class TestLab04Reference(helpers.GraderAssertions, unittest.TestCase):
             rc, out, _ = helpers.run_kept_tests(self.work, "04", ranks, "--gtest_filter=Overlap.*:Emulated/*")
             self.assertEqual(rc, 0, out[-3000:])
         speed = helpers.kept_speed(self.work, "04", SPEED)
+        print(f"\n[fault, lab 04] {speed.output.splitlines()[0]}", file=sys.stderr)  # the numbers behind it
         self.assertEqual(speed.status, "failed", speed.output)
         self.assertEqual(speed.score, 0, speed.output)
         self.assertGreaterEqual(speed.details["ratio"], 1.4, speed.output)

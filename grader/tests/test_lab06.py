@@ -52,6 +52,7 @@ class TestLab06Reference(helpers.GraderAssertions, unittest.TestCase):
         rc, out, _ = helpers.run_kept_tests(self.work, "06", 2, "--gtest_filter=Prefetch.GathersInFlight*")
         self.assertNotEqual(rc, 0, out[-3000:])
         speed = helpers.kept_speed(self.work, "06", SPEED)
+        print(f"\n[fault, lab 06] {speed.output.splitlines()[0]}", file=sys.stderr)  # the numbers behind it
         self.assertEqual(speed.status, "failed", speed.output)
         self.assertEqual(speed.score, 0, speed.output)
         self.assertGreaterEqual(speed.details["ratio"], 1.4, speed.output)

@@ -57,6 +57,7 @@ class TestLab07Reference(helpers.GraderAssertions, unittest.TestCase):
         build = helpers.rebuild_kept(self.work, "07", "lab07_student_bench")
         self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
         memory = helpers.kept_speed(self.work, "07", MEMORY)
+        print(f"\n[fault, lab 07] {memory.output.splitlines()[0]}", file=sys.stderr)  # the numbers behind it
         self.assertEqual(memory.status, "failed", memory.output)
         self.assertEqual(memory.score, 0, memory.output)
         # m / P = 4: stage 0 holds all 8 micro-batches, not 2.
