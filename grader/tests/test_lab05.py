@@ -64,15 +64,14 @@ class TestLab05Skeleton(helpers.GraderAssertions, unittest.TestCase):
         self.assertEqual(self.graded.returncode, 0, self.graded.output[-3000:])
         self.assertGradescopeJson(self.graded)
         self.assertEqual(self.graded.json["score"], 0)
-        tests = gradable(self.graded.json["tests"])
+        tests = [t for t in gradable(self.graded.json["tests"]) if not helpers.speed_left_out(t)]
         self.assertZero(tests)
         self.assertLess(self.graded.seconds, 90, "the skeleton must fail fast, not time out")
         self.assertNotIn("TIMEOUT", self.graded.output)
         self.assertNotIn("CRASHED", self.graded.output)
         for t in tests:
             if t["name"].startswith("Speed:"):
-                if not helpers.speed_left_out(t):
-                    self.assertIn("speed counts only for a correct solution", t["output"], t["name"])
+                self.assertIn("speed counts only for a correct solution", t["output"], t["name"])
                 continue
             self.assertIn("is not implemented yet", t["output"], t["name"])
 
