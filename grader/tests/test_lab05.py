@@ -152,7 +152,8 @@ class TestLab05OneFaultOneTask(helpers.GraderAssertions, unittest.TestCase):
         self.assertZero(must_fail)
         # Every item of another task keeps its points (items of this task not
         # listed above may pass or fail: the fault need not show everywhere).
-        own = (task, f"Hidden {task}.", "A+B+C.") + (("Speed:",) if task == "A" else ())  # speed requires A2
+        # The speed item requires A2: task A's fault costs it too.
+        own = (task, f"Hidden {task}.", "A+B+C.") + (("Speed:",) if task == "A" else ())
         self.assertFullMarks([t for t in tests if not t["name"].startswith(own)])
 
     def test_a_fault_in_task_a_costs_task_a_only(self):

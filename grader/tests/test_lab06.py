@@ -42,9 +42,9 @@ class TestLab06Reference(helpers.GraderAssertions, unittest.TestCase):
     def test_an_fsdp_that_never_prefetches_loses_the_speed_item(self):
         # In the kept tree (graded as the reference): the fault rebuilt into the
         # student test program and benchmark only, about 30 s on the shared 2-core
-        # machine (ratio 1.58), where grading it again took 433 s under load (it
-        # also fails E1, whose offload bytes depend on prefetch). It fails the prefetch tests too
-        # (no gather is ever in flight beside the one in use) and equals one process.
+        # machine (ratio 1.58), where grading it again took 433 s under load. It
+        # equals one process, fails the prefetch tests (no gather is ever in flight
+        # beside the one in use) and E1 (offload bytes depend on prefetch).
         self.assertIsNotNone(self.work, "grade.py --keep printed no folder")
         helpers.mutate_kept(self.work, "06", "ShardedTrainer::gather_for_use", NO_PREFETCH)
         build = helpers.rebuild_kept(self.work, "06", "lab06_student_test", "lab06_student_bench")
