@@ -63,6 +63,15 @@ LABS = {
         "allreduce_ring": "ring_allreduce.cc",
         "allreduce_ring_segmented": "ring_segmented.cc",
     }),
+    "04": ("04_bucketed_ddp", {
+        "Reducer::on_grad_ready": "ddp_reducer.cc",
+    }),
+    "06": ("06_fsdp", {
+        "ShardedTrainer::gather_for_use": "fsdp_gather.cc",
+    }),
+    "07": ("07_pipeline", {
+        "one_f_one_b_schedule": "schedule.cc",
+    }),
     "02": ("02_collectives", {
         "broadcast_binomial": "broadcast.cc",
         "broadcast_scatter_allgather": "broadcast.cc",
@@ -276,11 +285,38 @@ def run_kept_tests(work: Path, lab: str, ranks: int, *gtest_args: str,
     return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start
 
 
-def rebuild_kept(work: Path, lab: str) -> subprocess.CompletedProcess:
-    """Rebuilds only lab `lab`'s student test program in a kept folder, after a
-    test has changed a file of its graded tree (work/tree)."""
-    return subprocess.run(["cmake", "--build", str(work / "build"), "--target", f"lab{lab}_student_test"],
+def rebuild_kept(work: Path, lab: str, *targets: str) -> subprocess.CompletedProcess:
+    """Rebuilds only lab `lab`'s student test program (or the `targets` given, e.g.
+    "lab07_student_bench") in a kept folder, after a test has changed a file of its
+    graded tree (work/tree)."""
+    targets = targets or (f"lab{lab}_student_test",)
+    return subprocess.run(["cmake", "--build", str(work / "build"), "--target", *targets],
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace", timeout=300)
+
+
+def mutate_kept(work: Path, lab: str, function: str, body: str) -> None:
+    """Replaces the solution of `function` in the kept graded tree's copy of lab
+    `lab`'s src/ (the reference's, when the reference was graded) with `body`: a
+    fault, to rebuild with rebuild_kept() and measure beside the reference."""
+    folder, files = LABS[lab]
+    path = work / "tree" / "labs" / folder / "src" / files[function]
+    path.write_text(replace_solution(path.read_text(), function, body))
+
+
+def kept_speed(work: Path, lab: str, name: str):
+    """Measures the speed item `name` of lab `lab` in a kept folder as a grading
+    would (perf.score_perf(): pairs of runs, the noise guard, the machine's speed
+    lock), the kept build's student benchmark beside its reference benchmark.
+    Returns the PerfResult; its `output` gives the ratio and every pair. Cheaper
+    than grading a fault again: only what the fault changed is rebuilt."""
+    from dtlgrade.lab import load_lab  # grader/ is on sys.path (above)
+    from dtlgrade.perf import score_perf, speed_turn
+    item = next(p for p in load_lab(lab, []).perf if p.name == name)
+    exe = work / "build" / "labs" / LABS[lab][0]
+    runs = Path(tempfile.mkdtemp(prefix="speed-", dir=work))
+    with speed_turn(lambda text: print(text, file=sys.stderr, flush=True)):
+        return score_perf(item, item.ranks, exe / f"lab{lab}_student_bench", exe / f"lab{lab}_bench", runs,
+                          lambda _: None)
 
 
 _reference_run: GradeRun | None = None
@@ -323,15 +359,21 @@ class GraderAssertions:
 
     def assertSkeletonZeroFast(self, run: GradeRun, seconds: float = 90) -> None:
         """`--skeleton`: 0 points within `seconds`, no timeout or crash, and every
-        item saying what is not implemented yet."""
+        item saying what is not implemented yet (a speed item: that speed counts
+        only for a correct solution)."""
         self.assertEqual(run.returncode, 0, run.output[-3000:])
         self.assertGradescopeJson(run)
         self.assertEqual(run.json["score"], 0)
-        self.assertZero(run.json["tests"])
+        # A speed item may be left out (fewer cores than its ranks): not scored, no status.
+        self.assertZero([t for t in run.json["tests"] if not speed_left_out(t)])
         self.assertLess(run.seconds, seconds, "the skeleton must fail fast, not time out")
         self.assertNotIn("TIMEOUT", run.output)
         self.assertNotIn("CRASHED", run.output)
         for t in run.json["tests"]:
+            if t["name"].startswith("Speed:"):  # speed counts only once the items it requires pass
+                if not speed_left_out(t):
+                    self.assertIn("speed counts only for a correct solution", t["output"], t["name"])
+                continue
             self.assertIn("is not implemented yet", t["output"], t["name"])
 
     def assertGradescopeJson(self, run: GradeRun) -> None:

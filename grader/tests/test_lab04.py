@@ -1,6 +1,10 @@
-"""Lab 04 end to end: `grade.py 04 --reference` gives 110 / 110 (100 public, 10
-example hidden), with lab 03's reference ring as the ring backend; `--skeleton`
-gives 0 fast, every item saying what is not implemented yet. A submission whose
+"""Lab 04 end to end: `grade.py 04 --reference` gives 120 / 120 (100 public, 10
+for speed, 10 example hidden), with lab 03's reference ring as the ring backend;
+`--skeleton` gives 0 fast, every item saying what is not implemented yet. A
+correct reducer that sends nothing before backward is over (every bucket held
+back until the step's last gradient, then all issued from that hook) passes the
+overlap tests and loses the speed item, by the ratio it measures (issue 26; a
+reducer that waits inside the hook already fails the overlap item). A submission whose
 lab 03 file (compiled into lab 04's build) includes the reference's lab 03 header
 is refused like one whose lab 04 file does: every submitted file a build
 compiles is checked, not only the graded lab's."""
@@ -13,13 +17,59 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import helpers  # noqa: E402
 
 
+# The reference's hook with the launch held back until every bucket is complete:
+# the buckets still leave in bucket order, from a gradient hook, before backward
+# returns (so the Overlap tests pass: bucket 0 is issued before unit 0's backward
+# ends and is in flight when it does), but nothing overlaps backward.
+HELD_BACK = helpers.mutated_body(
+    "Reducer::on_grad_ready", "04",
+    ("  if (--pending_[static_cast<std::size_t>(b)] == 0 && options_.mode == ReducerMode::kOverlapped) {\n",
+     "  if (--pending_[static_cast<std::size_t>(b)] == 0 && options_.mode == ReducerMode::kOverlapped &&\n"
+     "      std::count(pending_.begin(), pending_.end(), std::size_t{0}) ==\n"
+     "          static_cast<std::ptrdiff_t>(pending_.size())) {\n"))
+
+SPEED = "Speed: the overlapped DDP step on an emulated link, against the reference"
+
+
 class TestLab04Reference(helpers.GraderAssertions, unittest.TestCase):
+    """The reference, graded once, under a load (a process spinning on one of the
+    grader's CPUs: test_speed_under_load.Load): full marks, the speed item at full
+    marks or left out with its reason, never lower (test_speed_under_load skips
+    this lab: graded here once, not twice)."""
+
     @classmethod
     def setUpClass(cls):
-        cls.graded = helpers.grade("--reference", lab="04")
+        from test_speed_under_load import Load, report  # noqa: PLC0415 -- a sibling test module
+        with Load() as load:
+            helpers.grade_kept(cls, "04")
+        cls.load_share = load.cpu_share
+        report("lab 04 reference", cls.graded.json["tests"] if cls.graded.json else [], load.cpu_share)
+
+    def test_the_load_was_there(self):
+        from test_speed_under_load import MIN_SHARE  # noqa: PLC0415
+        self.assertGreater(self.load_share, MIN_SHARE, "the load was not there")
 
     def test_full_marks(self):
-        self.assertReferenceFullMarks(self.graded, 110)
+        self.assertReferenceFullMarks(self.graded, 120)
+
+    def test_a_reducer_that_holds_its_buckets_back_loses_the_speed_item_only(self):
+        # In the kept tree (graded as the reference): the fault rebuilt into the
+        # student test program and benchmark only: 29 s in all on the shared 2-core
+        # machine (ratio 1.54 and 1.61 in two runs), where grading it again took 211 s.
+        self.assertIsNotNone(self.work, "grade.py --keep printed no folder")
+        helpers.mutate_kept(self.work, "04", "Reducer::on_grad_ready", HELD_BACK)
+        build = helpers.rebuild_kept(self.work, "04", "lab04_student_test", "lab04_student_bench")
+        self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
+        # The items that could see it pass: the overlap tests (bucket 0 leaves during
+        # backward and is in flight when a unit's backward ends) and the equivalence.
+        for ranks in (2, 3):
+            rc, out, _ = helpers.run_kept_tests(self.work, "04", ranks, "--gtest_filter=Overlap.*:Emulated/*")
+            self.assertEqual(rc, 0, out[-3000:])
+        speed = helpers.kept_speed(self.work, "04", SPEED)
+        print(f"\n[fault, lab 04] {speed.output.splitlines()[0]}", file=sys.stderr)  # the numbers behind it
+        self.assertEqual(speed.status, "failed", speed.output)
+        self.assertEqual(speed.score, 0, speed.output)
+        self.assertGreaterEqual(speed.details["ratio"], 1.4, speed.output)
 
 
 class TestLab04Skeleton(helpers.GraderAssertions, unittest.TestCase):

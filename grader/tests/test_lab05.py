@@ -1,7 +1,7 @@
-"""Lab 05 end to end: `grade.py 05 --reference` gives 110 / 110 without a GPU
-(100 public CPU points and 10 example hidden ones; the 5-point GPU item is
-reported as "not gradable without a GPU" and left out of the total), 115 / 115
-with one; `--skeleton` gives 0 fast, every item saying what is not implemented yet;
+"""Lab 05 end to end: `grade.py 05 --reference` gives 120 / 120 without a GPU
+(100 public CPU points, 10 for speed and 10 example hidden ones; the 5-point GPU
+item is reported as "not gradable without a GPU" and left out of the total),
+125 / 125 with one; `--skeleton` gives 0 fast, every item saying what is not implemented yet;
 one fault in one task costs that task's items (and "A+B+C") only; the handout's
 points table lists every rubric item (public, GPU and hidden) with its points."""
 import re
@@ -28,17 +28,30 @@ def gradable(tests: list[dict]) -> list[dict]:
 
 
 class TestLab05Reference(helpers.GraderAssertions, unittest.TestCase):
+    """The reference, graded once, under a load (a process spinning on one of the
+    grader's CPUs: test_speed_under_load.Load): full marks, the speed item at full
+    marks or left out with its reason, never lower (test_speed_under_load skips
+    this lab: graded here once, not twice)."""
+
     @classmethod
     def setUpClass(cls):
-        cls.graded = helpers.grade("--reference", lab="05")
+        from test_speed_under_load import Load, report  # noqa: PLC0415 -- a sibling test module
+        with Load() as load:
+            cls.graded = helpers.grade("--reference", lab="05")
+        cls.load_share = load.cpu_share
+        report("lab 05 reference", cls.graded.json["tests"] if cls.graded.json else [], load.cpu_share)
+
+    def test_the_load_was_there(self):
+        from test_speed_under_load import MIN_SHARE  # noqa: PLC0415
+        self.assertGreater(self.load_share, MIN_SHARE, "the load was not there")
 
     def test_full_marks_for_what_this_machine_can_grade(self):
         self.assertEqual(self.graded.returncode, 0, self.graded.output[-3000:])
         self.assertGradescopeJson(self.graded)
-        self.assertEqual(self.graded.json["score"], 115 if HAVE_GPU else 110)
-        self.assertEqual(self.graded.json["max_score"], 115 if HAVE_GPU else 110)
-        # 10 CPU items (A1-C4 and A+B+C) + 1 GPU item + 3 example hidden items
-        self.assertEqual(len(self.graded.json["tests"]), 14)
+        self.assertEqual(self.graded.json["score"], (125 if HAVE_GPU else 120) - self.graded.speed_out())
+        self.assertEqual(self.graded.json["max_score"], (125 if HAVE_GPU else 120) - self.graded.speed_out())
+        # 10 CPU items (A1-C4 and A+B+C) + 1 GPU item + 1 speed item + 3 example hidden items
+        self.assertEqual(len(self.graded.json["tests"]), 15)
         self.assertFullMarks(gradable(self.graded.json["tests"]))
 
 
@@ -51,12 +64,15 @@ class TestLab05Skeleton(helpers.GraderAssertions, unittest.TestCase):
         self.assertEqual(self.graded.returncode, 0, self.graded.output[-3000:])
         self.assertGradescopeJson(self.graded)
         self.assertEqual(self.graded.json["score"], 0)
-        tests = gradable(self.graded.json["tests"])
+        tests = [t for t in gradable(self.graded.json["tests"]) if not helpers.speed_left_out(t)]
         self.assertZero(tests)
         self.assertLess(self.graded.seconds, 90, "the skeleton must fail fast, not time out")
         self.assertNotIn("TIMEOUT", self.graded.output)
         self.assertNotIn("CRASHED", self.graded.output)
         for t in tests:
+            if t["name"].startswith("Speed:"):
+                self.assertIn("speed counts only for a correct solution", t["output"], t["name"])
+                continue
             self.assertIn("is not implemented yet", t["output"], t["name"])
 
 
@@ -68,7 +84,8 @@ class TestLab05Handout(unittest.TestCase):
         items = []
         for path in (helpers.ROOT / "grader" / "rubrics" / "05.toml",
                      helpers.ROOT / "grader" / "hidden" / LAB_NAME / "rubric.toml"):
-            items += tomllib.loads(path.read_text())["item"]
+            data = tomllib.loads(path.read_text())
+            items += data["item"] + data.get("perf", [])
         expected = {i["name"].split(".")[0].replace(" (GPU)", ""): i["points"] for i in items}
         readme = (helpers.ROOT / "labs" / LAB_NAME / "README.md").read_text()
         table = readme[readme.index("## Points"):readme.index("## The benchmark")]
@@ -135,7 +152,8 @@ class TestLab05OneFaultOneTask(helpers.GraderAssertions, unittest.TestCase):
         self.assertZero(must_fail)
         # Every item of another task keeps its points (items of this task not
         # listed above may pass or fail: the fault need not show everywhere).
-        own = (task, f"Hidden {task}.", "A+B+C.")
+        # The speed item requires A2: task A's fault costs it too.
+        own = (task, f"Hidden {task}.", "A+B+C.") + (("Speed:",) if task == "A" else ())
         self.assertFullMarks([t for t in tests if not t["name"].startswith(own)])
 
     def test_a_fault_in_task_a_costs_task_a_only(self):

@@ -1,6 +1,9 @@
-"""Lab 07 end to end: `grade.py 07 --reference` gives 110 / 110 (100 public points
-and 10 example hidden ones), `--skeleton` gives 0 fast, every item saying what is
-not implemented yet; and a deliberately mis-ordered pipeline schedule
+"""Lab 07 end to end: `grade.py 07 --reference` gives 120 / 120 (100 public points,
+10 for speed and 10 example hidden ones), `--skeleton` gives 0 fast, every item
+saying what is not implemented yet; a GPipe order submitted as 1F1B loses the
+activation-memory speed item, by the 4x it measures (issue 26: 1F1B's bubble is
+GPipe's, its memory is not: measured in the kept tree, the fault rebuilt into the
+student benchmark only); and a deliberately mis-ordered pipeline schedule
 (PipelineDeadlock.DISABLED_MisorderedScheduleIsReported, run from the graded
 tree's test binary) is reported by the test main's watchdog as a DEADLOCK naming
 each rank's blocked MPI_Wait on its Irecv, within seconds, never a silent hang."""
@@ -12,13 +15,54 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import helpers  # noqa: E402
 
 
+# GPipe's order returned for 1F1B: every forward, then every backward. Correct (item 2,
+# the schedules against the closed forms, fails; the executor's items run the tests'
+# own orders), with GPipe's bubble, which is 1F1B's, and m micro-batches of
+# activations held on stage 0 where 1F1B holds P.
+GPIPE_AS_1F1B = """\
+  for (int i = 0; i < micro_batches; ++i) schedule.push_back({Pass::kForward, i});
+  for (int i = 0; i < micro_batches; ++i) schedule.push_back({Pass::kBackward, i});
+"""
+
+MEMORY = "Speed: your 1F1B's activation memory at P = 2, m = 8 (stage 0's peak), against the reference"
+
+
 class TestLab07Reference(helpers.GraderAssertions, unittest.TestCase):
+    """The reference, graded once, under a load (a process spinning on one of the
+    grader's CPUs: test_speed_under_load.Load): full marks, the speed item at full
+    marks or left out with its reason, never lower (test_speed_under_load skips
+    this lab: graded here once, not twice)."""
+
     @classmethod
     def setUpClass(cls):
-        helpers.grade_kept(cls, "07")
+        from test_speed_under_load import Load, report  # noqa: PLC0415 -- a sibling test module
+        with Load() as load:
+            helpers.grade_kept(cls, "07")
+        cls.load_share = load.cpu_share
+        report("lab 07 reference", cls.graded.json["tests"] if cls.graded.json else [], load.cpu_share)
+
+    def test_the_load_was_there(self):
+        from test_speed_under_load import MIN_SHARE  # noqa: PLC0415
+        self.assertGreater(self.load_share, MIN_SHARE, "the load was not there")
 
     def test_full_marks(self):
-        self.assertReferenceFullMarks(self.graded, 110, items=13)  # 11 public items + 2 example hidden ones
+        self.assertReferenceFullMarks(self.graded, 120, items=15)  # 11 public + 2 speed + 2 example hidden items
+
+    def test_gpipe_submitted_as_1f1b_loses_the_memory_item(self):
+        # In the kept tree (graded as the reference): 1F1B's schedule replaced by
+        # GPipe's order; only the student benchmark is rebuilt (19.5 s in all on the
+        # shared 2-core machine, ratio 3.98; grading it again took 413 s), and the
+        # memory item is measured as a grading would, beside the reference's build.
+        self.assertIsNotNone(self.work, "grade.py --keep printed no folder")
+        helpers.mutate_kept(self.work, "07", "one_f_one_b_schedule", GPIPE_AS_1F1B)
+        build = helpers.rebuild_kept(self.work, "07", "lab07_student_bench")
+        self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
+        memory = helpers.kept_speed(self.work, "07", MEMORY)
+        print(f"\n[fault, lab 07] {memory.output.splitlines()[0]}", file=sys.stderr)  # the numbers behind it
+        self.assertEqual(memory.status, "failed", memory.output)
+        self.assertEqual(memory.score, 0, memory.output)
+        # m / P = 4: stage 0 holds all 8 micro-batches, not 2.
+        self.assertGreaterEqual(memory.details["ratio"], 3.0, memory.output)
 
     def run_misordered(self, ranks: int):
         self.assertIsNotNone(self.work, "grade.py --keep printed no folder")

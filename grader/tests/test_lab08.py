@@ -1,11 +1,12 @@
-"""Lab 08 end to end: `grade.py 08 --reference` gives 110 / 110 (100 public points
-and 10 example hidden ones) in 13 items, `--skeleton` gives 0 fast, every item saying
+"""Lab 08 end to end: `grade.py 08 --reference` gives 120 / 120 (100 public points,
+10 for speed and 10 example hidden ones) in 14 items, `--skeleton` gives 0 fast, every item saying
 what is not implemented yet; and a submission whose column-parallel layer forgets
 f's backward allreduce (each rank returns only its own term of dx) loses exactly
 the items built on that layer — the column layer itself, the communication count,
-the MLP and attention blocks, the GPT, the grid and both hidden items — and keeps
-the row-parallel layer, the vocabulary items, sequence parallelism (its own code
-path) and the refusals: 45 / 110."""
+the MLP and attention blocks, the GPT, the grid, both hidden items and the speed
+item (it counts only once the GPT is right) — and keeps the row-parallel layer, the
+vocabulary items, sequence parallelism (its own code path) and the refusals:
+45 / 120."""
 import shutil
 import sys
 import unittest
@@ -18,16 +19,29 @@ LAB_DIR = "08_tensor_parallel"
 REFERENCE = helpers.ROOT / "reference" / LAB_DIR / "src"
 
 # Items that need the column-parallel backward's allreduce (grader/rubrics/08.toml).
-LOSES = ("1. ", "3. ", "4. ", "5. ", "8. ", "10. ", "Hidden: ")
+LOSES = ("1. ", "3. ", "4. ", "5. ", "8. ", "10. ", "Hidden: ", "Speed: ")
 
 
 class TestLab08Reference(helpers.GraderAssertions, unittest.TestCase):
+    """The reference, graded once, under a load (a process spinning on one of the
+    grader's CPUs: test_speed_under_load.Load): full marks, the speed item at full
+    marks or left out with its reason, never lower (test_speed_under_load skips
+    this lab: graded here once, not twice)."""
+
     @classmethod
     def setUpClass(cls):
-        cls.graded = helpers.grade("--reference", lab="08")
+        from test_speed_under_load import Load, report  # noqa: PLC0415 -- a sibling test module
+        with Load() as load:
+            cls.graded = helpers.grade("--reference", lab="08")
+        cls.load_share = load.cpu_share
+        report("lab 08 reference", cls.graded.json["tests"] if cls.graded.json else [], load.cpu_share)
+
+    def test_the_load_was_there(self):
+        from test_speed_under_load import MIN_SHARE  # noqa: PLC0415
+        self.assertGreater(self.load_share, MIN_SHARE, "the load was not there")
 
     def test_full_marks(self):
-        self.assertReferenceFullMarks(self.graded, 110, items=13)  # 11 public items + 2 example hidden ones
+        self.assertReferenceFullMarks(self.graded, 120, items=14)  # 11 public + 1 speed + 2 example hidden items
 
 
 class TestLab08Skeleton(helpers.GraderAssertions, unittest.TestCase):
@@ -61,7 +75,7 @@ class TestLab08ForgottenAllreduce(helpers.GraderAssertions, unittest.TestCase):
         tests = self.graded.json["tests"]
         failing = [t for t in tests if t["name"].startswith(LOSES)]
         passing = [t for t in tests if t not in failing]
-        self.assertEqual(len(failing), 8, [t["name"] for t in failing])
+        self.assertEqual(len(failing), 9, [t["name"] for t in failing])
         self.assertZero(failing)
         self.assertFullMarks(passing)
         self.assertEqual(self.graded.json["score"], 45)

@@ -1,5 +1,6 @@
-"""Lab 09 end to end: `grade.py 09 --reference` gives 110 / 110 (100 public points
-and 10 example hidden ones, 12 items), `--skeleton` gives 0 fast, every item
+"""Lab 09 end to end: `grade.py 09 --reference` gives 120 / 120 (100 public points,
+10 for speed and 10 example hidden ones, 13 items; the speed item runs at 3 ranks,
+so on 2 cores it is left out of the total, "not gradable here"), `--skeleton` gives 0 fast, every item
 saying what is not implemented yet; and one fault, cheaply: in the graded tree
 that --keep leaves, the server is changed to answer every SSP pull at once
 (the staleness bound ignored), only the student's test program is rebuilt, and
@@ -18,12 +19,25 @@ IGNORED = "  if (o.consistency == Consistency::kSsp || VectorClock::may_read(o.c
 
 
 class TestLab09Reference(helpers.GraderAssertions, unittest.TestCase):
+    """The reference, graded once, under a load (a process spinning on one of the
+    grader's CPUs: test_speed_under_load.Load): full marks, the speed item at full
+    marks or left out with its reason, never lower (test_speed_under_load skips
+    this lab: graded here once, not twice)."""
+
     @classmethod
     def setUpClass(cls):
-        helpers.grade_kept(cls, "09")
+        from test_speed_under_load import Load, report  # noqa: PLC0415 -- a sibling test module
+        with Load() as load:
+            helpers.grade_kept(cls, "09")
+        cls.load_share = load.cpu_share
+        report("lab 09 reference", cls.graded.json["tests"] if cls.graded.json else [], load.cpu_share)
+
+    def test_the_load_was_there(self):
+        from test_speed_under_load import MIN_SHARE  # noqa: PLC0415
+        self.assertGreater(self.load_share, MIN_SHARE, "the load was not there")
 
     def test_full_marks(self):
-        self.assertReferenceFullMarks(self.graded, 110, items=12)  # 10 public items + 2 example hidden ones
+        self.assertReferenceFullMarks(self.graded, 120, items=13)  # 10 public + 1 speed + 2 example hidden items
 
     def run_tests(self, ranks: int, pattern: str):
         rc, out, _ = helpers.run_kept_tests(self.work, "09", ranks, f"--gtest_filter={pattern}", "--dtl_timeout=60")

@@ -1,8 +1,8 @@
 """Speed items on a busy machine (issue 31): a process that spins on one of the
 grader's CPUs, beside the ranks, for the whole of each grading.
 
-- Every lab with speed items grades its reference (lab 03's in test_lab03.py, under the
-  same load, so that it is graded once): every item at full marks, a
+- Every lab with speed items grades its reference (labs 03-09's in their own
+  test_labNN.py, under the same load, so that each is graded once): every item at full marks, a
   speed item at full marks or left out of the total as "too noisy to grade
   speed here" or "not gradable here" (fewer cores than ranks), never lower.
   Lab 01 is graded in a batch with --jobs 2 beside a slow submission (the
@@ -43,7 +43,7 @@ MIN_SHARE = 0.2
 # Labs whose reference another test grades under the load already (once is enough).
 GRADED_UNDER_LOAD_ELSEWHERE = {
     "01": "test_lab_01_batch_reference_and_slow_submission, below",
-    "03": "test_lab03.TestLab03Reference",
+    **{lab: f"test_lab{lab}.TestLab{lab}Reference" for lab in ("03", "04", "05", "06", "07", "08", "09")},
 }
 
 

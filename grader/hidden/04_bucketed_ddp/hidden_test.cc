@@ -51,6 +51,52 @@ TEST(HiddenDdp, OddModelEveryModeMatchesSingleProcess) {
   }
 }
 
+// Buckets that fill out of bucket order (Note [Issue in bucket order]): the hooks
+// announce the odd model's parameters in an order of the test's choosing; the
+// overlapped reducer may issue bucket b only once buckets 0..b are complete, so after
+// each group of announcements exactly as many allreduces have left as the complete
+// prefix of buckets, in bucket order (recorded: each one's offset in the flat buffer).
+TEST(HiddenDdp, BucketsLeaveInBucketOrderWhateverOrderTheyFill) {
+  dtl::MpiCommunicator inner(comm(), dtl::MpiMode::kThread);
+  const std::vector<std::size_t> offsets = {133, 77, 21, 0};  // buckets {7, 6}, {5, 4}, {3, 2}, {1, 0}
+  struct Case {
+    std::vector<std::vector<int>> groups;  // parameter indices announced together
+    std::vector<int> issued;               // allreduces issued after each group
+  };
+  const std::vector<Case> cases = {
+      {{{0, 1, 2, 3, 4, 5}, {6, 7}}, {0, 4}},             // forward order: the last bucket fills first
+      {{{7, 6}, {0, 1}, {5, 4}, {3, 2}}, {1, 1, 2, 4}},   // bucket 3 waits for buckets 1 and 2
+      {{{6, 2, 0}, {7}, {4, 3, 1}, {5}}, {0, 1, 1, 4}}};  // half-filled buckets everywhere
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    RecordingCommunicator backend(inner);
+    nn::Model model = make_model(ModelKind::kOddMlp, 1);
+    lab04::Reducer reducer(backend, model,
+                           {.mode = lab04::ReducerMode::kOverlapped, .buckets = {{7, 6}, {5, 4}, {3, 2}, {1, 0}}});
+    model.zero_grad();
+    const auto params = model.parameters();
+    for (auto* p : params) {
+      for (float& g : p->grad.span<float>()) g = static_cast<float>(comm().rank() + 1);
+    }
+    for (std::size_t g = 0; g < cases[c].groups.size(); ++g) {
+      for (int i : cases[c].groups[g]) model.hooks().grad_ready(*params[static_cast<std::size_t>(i)]);
+      EXPECT_EQ(backend.count(dtl::CollectiveKind::kAllreduce), cases[c].issued[g])
+          << "case " << c << ", after announcement group " << g << ": allreduces issued";
+    }
+    reducer.finish();
+    const auto ops = backend.ops(dtl::CollectiveKind::kAllreduce);
+    const float* flat = model.flat_grads().data<float>();
+    ASSERT_EQ(ops.size(), offsets.size()) << "case " << c;
+    for (std::size_t b = 0; b < ops.size(); ++b) {
+      EXPECT_EQ(static_cast<const float*>(ops[b].send) - flat, static_cast<std::ptrdiff_t>(offsets[b]))
+          << "case " << c << ": allreduce " << b << " is not bucket " << b << "'s";
+    }
+    const float want = static_cast<float>(comm().size() + 1) / 2.0f;
+    for (float g : model.flat_grads().span<float>()) {
+      ASSERT_EQ(g, want) << "case " << c << ": a gradient is not the average";
+    }
+  }
+}
+
 TEST(HiddenDdp, EmulatedLinkWithMicroSteps) {
   auto backend = lab04::make_communicator("emulated:alpha=50us,bw=1GB/s", comm());
   const std::vector<float> expected = single_process(ModelKind::kGpt, OptKind::kAdamW, 8, 2);

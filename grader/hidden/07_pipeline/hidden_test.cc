@@ -1,5 +1,6 @@
 // Lab 07 hidden tests (an example set), at 5 and 6 ranks: 5 and 6 stages of a
-// 7-unit MLP and GPT, GPipe and 1F1B with m = 1 and m = 7 (not divisible by P),
+// 7-unit MLP and GPT, GPipe and 1F1B with m = 1 and m = 7 (not divisible by P), your
+// schedules at 7 to 12 stages (pure functions, checked on every rank),
 // the order each stage ran, the activation slots from the memory tracker, weight
 // stashing, and every grid of 5 and 6 ranks. Same oracles as the public tests.
 #include <gtest/gtest.h>
@@ -29,6 +30,22 @@ TEST(HiddenPipeline, DeepPipelinesEqualOneProcess) {
         std::vector<Action> ran;
         for (const lab07::Event& e : run.events) ran.push_back({e.pass, e.micro_batch});
         EXPECT_EQ(text(ran), text(order_of(order, P, s, m)));
+      }
+    }
+  }
+}
+
+// Your schedules at more stages than the public tests try (7 to 12) and up to 16
+// micro-batches: fewer than the stages (the warm-up cut short by m), as many, more,
+// and counts P does not divide. Every rank checks them all (no communication).
+TEST(HiddenPipeline, SchedulesAtSevenToTwelveStages) {
+  for (int P = 7; P <= 12; ++P) {
+    for (int s = 0; s < P; ++s) {
+      for (int m = 1; m <= 16; ++m) {
+        EXPECT_EQ(text(lab07::gpipe_schedule(P, s, m)), text(order_of(Order::kGPipe, P, s, m)))
+            << "GPipe, P = " << P << ", stage " << s << ", m = " << m;
+        EXPECT_EQ(text(lab07::one_f_one_b_schedule(P, s, m)), text(order_of(Order::kOneFOneB, P, s, m)))
+            << "1F1B, P = " << P << ", stage " << s << ", m = " << m;
       }
     }
   }

@@ -18,6 +18,12 @@
 //       and for the gradient it sends back (serialized with compute: no overlap).
 //   Real/P2/<schedule>/m<m>         REAL compute: an MLP (in 64, 8 layers of 512)
 //       on 2 ranks (2 cores: not oversubscribed), with peak activation memory.
+//   Grade/P2/1f1b/m8   the grader's row (grader/rubrics/07.toml's two speed items):
+//       the emulated pipeline at P = 2, m = 8 under 1F1B; its step time (the bubble)
+//       and stage 0's peak activation memory are each graded against the reference's.
+//       Under 1F1B stage 0 holds at most P micro-batches' activations, under GPipe all
+//       m: a GPipe submitted as 1F1B takes the same time (the bubble is the same,
+//       Note [GPipe and 1F1B]) and m / P = 4 times the memory.
 // Columns: step (ms) median of the slowest rank; bubble % = 1 - busy / step,
 // averaged over the stages (busy = the stage's F and B compute spans); theory % =
 // (P - 1)/(m + P - 1); ratio = bubble / theory; act0 / actL (KiB) = peak
@@ -217,8 +223,13 @@ std::int64_t value_of_rank(std::int64_t v, int rank) {
   return out;
 }
 
+void print_balance();
+bool g_teaching_rows_ran = false;  // the balancing lines and the traces come with these rows only
+
 void pipeline_row(benchmark::State& state, const std::string& kind, int stages, Schedule sched, int m,
-                  bool checkpoint) {
+                  bool checkpoint, bool graded = false) {
+  if (!graded && !g_teaching_rows_ran) print_balance();
+  g_teaching_rows_ran = g_teaching_rows_ran || !graded;
   Pipeline pipe(kind, stages, sched, m, checkpoint);
   pipe.step();  // warm-up
   std::vector<double> steps, bubbles;
@@ -288,9 +299,14 @@ void print_balance() {
 }
 
 void register_rows() {
-  print_balance();
   const int world = comm().size();
   const bool quick = dtl::bench::quick();
+  if (world >= 2) {
+    add(
+        "Grade/P2/1f1b/m8",
+        [](benchmark::State& s) { pipeline_row(s, "emulated", 2, Schedule::kOneFOneB, 8, false, true); },
+        quick ? 3 : 9);
+  }
   std::vector<int> stage_counts;
   for (int P : {2, 3, 4}) {
     if (P <= world && (!quick || P == std::min(world, 4))) stage_counts.push_back(P);
@@ -372,6 +388,7 @@ void write_svg(const std::string& path, const std::vector<double>& all, int stag
 }
 
 void write_traces() {
+  if (!g_teaching_rows_ran) return;
   const char* dir = std::getenv("DTL_TRACE_OUT");
   const std::string folder = dir != nullptr && *dir != '\0' ? dir : ".";
   const int stages = std::min(comm().size(), 4);

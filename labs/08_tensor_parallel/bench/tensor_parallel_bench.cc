@@ -39,6 +39,7 @@
 #include "harness/bench/timeline.h"
 #include "harness/comm/backends.h"
 #include "harness/comm/mpi.h"
+#include "harness/comm/mpi_communicator.h"
 #include "harness/error.h"
 #include "harness/nn/layers.h"
 #include "harness/nn/model.h"
@@ -83,7 +84,11 @@ struct TpGpt {
 
   TpGpt(int T, const std::string& link) : sub(T) {
     if (sub.comm == MPI_COMM_NULL) return;
-    backend = dtl::make_backend(backend_of(link), sub.comm, {}, "mpi-thread", "mpi-thread, emulated:LINK");
+    if (link == "polling") {  // the graded row's backend (See Note [The graded row])
+      backend = std::make_unique<dtl::MpiCommunicator>(sub.comm, dtl::MpiMode::kPolling);
+    } else {
+      backend = dtl::make_backend(backend_of(link), sub.comm, {}, "mpi-thread", "mpi-thread, emulated:LINK");
+    }
     record = std::make_unique<dtl::testing::RecordingCommunicator>(*backend);
     const std::int64_t before = nn::memory_tracker().current(nn::MemoryCategory::kParameters);
     {
@@ -153,7 +158,10 @@ void barrier() {
   wait_sleeping(request);
 }
 
+bool g_teaching_rows_ran = false;  // the traces come with these rows only
+
 void tp_row(benchmark::State& state, int T, const std::string& link) {
+  g_teaching_rows_ran = true;
   TpGpt gpt(T, link);
   gpt.step();  // warm-up
   std::vector<double> steps, comms;
@@ -207,7 +215,58 @@ void print_gpu_model() {
   }
 }
 
+// ---------------------------------------------------------------------------
+// The graded row
+// ---------------------------------------------------------------------------
+//
+// Note [The graded row]
+// ---------------------
+// The grader's speed item (grader/rubrics/08.toml) runs Grade/T2/polling for the
+// submission and for the reference: your tensor-parallel GPT step at T = 2 (impl)
+// paired with the same GPT's step in one process (vendor column: nn::make_gpt and
+// its plain cross-entropy, the harness's code only), each rank running both, back
+// to back. ratio = T = 2 step / one-process step per pair: a busy machine slows both
+// halves of a pair alike, so the ratio keeps what the split saves (each rank does
+// half of every matmul) and what its collectives cost. The backend is Open MPI
+// with a sleeping progress thread (MpiMode::kPolling): a communication thread
+// would spin inside each blocking collective and take the cores the compute needs.
+// A layer that computes the whole product and keeps its slice, or gathers what
+// it could have kept split, is correct and shows here as a larger ratio.
+struct FullGpt {
+  nn::Model model = nn::make_gpt(kVocab, kContext, kChannels, kHeads, kLayers, 7);
+  nn::SoftmaxCrossEntropy loss;
+  nn::Tensor x, y;
+  FullGpt() {
+    x = nn::Tensor::zeros({kBatch, kContext}, nn::DType::kI32, nn::MemoryCategory::kOther);
+    y = nn::Tensor::zeros({kBatch, kContext}, nn::DType::kI32, nn::MemoryCategory::kOther);
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      x.span<std::int32_t>()[i] = static_cast<std::int32_t>((i * 7) % kVocab);
+      y.span<std::int32_t>()[i] = static_cast<std::int32_t>((i * 11 + 3) % kVocab);
+    }
+  }
+  void step() {
+    model.zero_grad();
+    loss.forward(model.forward(x), y);
+    model.backward(loss.backward());
+  }
+};
+
+void grade_row(benchmark::State& state) {
+  TpGpt gpt(2, "polling");
+  FullGpt full;
+  gpt.step();  // warm-up
+  full.step();
+  dtl::bench::PairedTimer timer;
+  for (auto _ : state) state.SetIterationTime(timer.time_pair([&] { gpt.step(); }, [&] { full.step(); }));
+  state.counters["step_ms"] = timer.impl_median() * 1e3;
+  state.counters["vendor_ms"] = timer.vendor_median() * 1e3;
+  state.counters["ratio"] = timer.ratio_median();
+}
+
 void register_rows() {
+  if (comm().size() == 2) {
+    add("Grade/T2/polling", grade_row, dtl::bench::quick() ? 5 : 15);
+  }
   print_gpu_model();
   const int world = comm().size();
   const bool quick = dtl::bench::quick();
@@ -233,6 +292,7 @@ void register_rows() {
 
 // One step on emulated links, recorded: compute spans per unit, comm spans per collective.
 void write_traces() {
+  if (!g_teaching_rows_ran) return;
   const char* dir = std::getenv("DTL_TRACE_OUT");
   const std::string folder = dir != nullptr && *dir != '\0' ? dir : ".";
   const int T = std::min(comm().size(), 4);

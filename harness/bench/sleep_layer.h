@@ -1,0 +1,59 @@
+/// @file
+/// @brief Emulated compute for the graded benchmark rows: a layer that sleeps.
+///
+/// A speed item graded on a shared 2-core machine must measure the schedule (what
+/// overlaps what), not how busy the cores are. The emulated link
+/// (harness/comm/emulated_communicator.h) already waits by sleeping; a SleepLayer
+/// does the same for compute: its forward and backward sleep fixed times, as a
+/// unit's work would take on an accelerator, and the cores stay free.
+/// With both sides emulated, overlap shows as a ratio of sleeps, which other
+/// processes on the machine barely move (See Note [The graded row] in each lab's
+/// bench). The layer passes its input through and has no parameters.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "harness/nn/layer.h"
+
+namespace dtl::bench {
+
+/// @brief A parameterless layer whose forward sleeps `forward_seconds` and whose
+/// backward sleeps `backward_seconds`; y = x, dx = dy.
+class SleepLayer final : public nn::Layer {
+ public:
+  /// @brief A layer called `name` that stands for some compute.
+  /// @param[in] name the layer's name.
+  /// @param[in] forward_seconds the forward's sleep.
+  /// @param[in] backward_seconds the backward's sleep (a real layer's backward costs
+  ///            about twice its forward; a row may choose otherwise, and says why).
+  SleepLayer(std::string name, double forward_seconds, double backward_seconds)
+      : nn::Layer(std::move(name)), forward_seconds_(forward_seconds), backward_seconds_(backward_seconds) {}
+  /// @return "Sleep".
+  std::string kind() const override { return "Sleep"; }
+  /// @brief Sleeps, then passes `x` through.
+  /// @param[in] x any tensor.
+  /// @return x.
+  const nn::Tensor& forward(const nn::Tensor& x) override {
+    std::this_thread::sleep_for(std::chrono::duration<double>(forward_seconds_));
+    return x;
+  }
+  /// @brief Sleeps the backward's time, then passes `dy` through.
+  /// @param[in] dy any tensor.
+  /// @return dy.
+  const nn::Tensor& backward(const nn::Tensor& dy, const nn::GradReadyFn&) override {
+    std::this_thread::sleep_for(std::chrono::duration<double>(backward_seconds_));
+    return dy;
+  }
+  /// @param[in] input any shape.
+  /// @return the same shape.
+  nn::Shape output_shape(const nn::Shape& input) const override { return input; }
+  /// @brief Nothing is cached.
+  void release_slot(int) override {}
+
+ private:
+  double forward_seconds_, backward_seconds_;
+};
+
+}  // namespace dtl::bench
