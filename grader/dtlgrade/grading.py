@@ -31,8 +31,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import imports, objects, progress
-from .build import build, compiler_errors, foreign_includes
+from . import imports, objects, prebuilt, progress
+from .build import build, build_tree, compiler_errors, configure_args, foreign_includes
 from .lab import ROOT, GraderError, Lab, binaries_for, read_toml, skeleton_src
 from .perf import fit_ranks, not_gradable_here_row, perf_rows, usable_cores
 from .process import confine
@@ -40,7 +40,7 @@ from .report import gradescope_results, print_report, totals, write_results, wri
 from .runner import Allowance, gpu_available, run_items
 from .sandbox import Sandbox
 from .score import TEST_OUTPUT_CAP, failed_rows, item_rows
-from .submission import make_tree, submission_sources
+from .submission import copy_pristine_tree, make_tree, submission_sources
 
 # Temporary folders of gradings in progress: an interrupted grader removes them (cleanup()).
 WORK_FOLDERS: set[Path] = set()
@@ -130,8 +130,19 @@ def strip_debug_info(programs: list[Path]) -> None:
     of that no more than the machine code (no names of the hidden tests' locals,
     no line tables)."""
     for program in programs:
-        if program.is_file():
+        if program.is_file() and not program.is_symlink():  # never through a link into the prebuilt objects
             subprocess.run(["strip", "--strip-debug", str(program)], capture_output=True, timeout=120)
+
+
+def course_objects(lab: Lab, tree: Path, hidden_dirs: list[Path], targets: list[str]) -> prebuilt.Entry:
+    """The prebuilt course objects for the grading of `tree` (its course files, the
+    targets), built first if no entry has them (See Note [Prebuilt course objects])."""
+    def key_of(t: Path) -> str:
+        return prebuilt.course_key(lab, t, configure_args(lab, Path("TREE")), targets)
+
+    with progress.status("course objects"):
+        return prebuilt.ensure(lab, key_of(tree), lambda dest: copy_pristine_tree(lab, dest, hidden_dirs), key_of,
+                               lambda t, b, tg: build_tree(lab, t, b, tg), targets)
 
 
 def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path], args) -> dict:
@@ -189,12 +200,16 @@ def grade_correctness(lab: Lab, source: Path, description: str, hidden_dirs: lis
         if lab.perf and has_reference:
             targets += [f"lab{lab.number}_student_bench", f"lab{lab.number}_bench"]
 
+        # The course's objects, prebuilt once (prebuilt.py): this build compiles the student's files only.
+        entry = None if getattr(args, "no_prebuilt", False) else course_objects(lab, tree, hidden_dirs, targets)
+
         build_box = run_box = None
         if args.no_sandbox:
             notes.append("graded WITHOUT the sandbox (--no-sandbox): the submission ran with the grader's rights")
             print(f"  note: {notes[-1]}")
         else:
-            build_box = Sandbox(tree=work, writable=[work / "build"], cache=True)
+            build_box = Sandbox(tree=work, writable=[work / "build"], cache=True,
+                                read_only=[entry.build] if entry is not None else [])
             # A run writes only runs/; of build/ it sees the one program it runs, read-only.
             run_box = Sandbox(tree=work, writable=[runs], hidden=[tree / "reference", tree / "grader" / "hidden"],
                               gpu=gpu, programs_only=work / "build")
@@ -202,7 +217,7 @@ def grade_correctness(lab: Lab, source: Path, description: str, hidden_dirs: lis
         print("  building ...", flush=True)
         confine(build_box, building=True)
         with progress.status("building"):
-            made = build(lab, tree, work / "build", targets)
+            made = build(lab, tree, work / "build", targets, entry)
         refusals: list[str] = []
         if made.returncode == 0 and not foreign_includes(lab, tree, work / "build"):
             # What the student's code imports, before any of it runs (imports.py).
@@ -212,7 +227,7 @@ def grade_correctness(lab: Lab, source: Path, description: str, hidden_dirs: lis
                 for note in refusals:
                     notes.append(note)
                     print(f"  {note}")
-                made = build(lab, tree, work / "build", targets)
+                made = build(lab, tree, work / "build", targets, entry)
                 if made.returncode == 0 and refused_imports(lab, tree, work / "build"):
                     raise GraderError("refused imports remain with the skeleton's files: a rubric's "
                                       "[imports] rules refuse the skeleton itself")
