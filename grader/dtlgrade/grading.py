@@ -1,7 +1,9 @@
 """Grading one submission from start to end, and a batch of them.
 
 grade_one() is the whole pipeline, in order: the pristine tree with the
-submission's files (submission.py), the build and the include check (build.py),
+submission's files (submission.py), the course's prebuilt objects for that tree
+(prebuilt.py, built first if need be), the build of the student's files and the
+include check (build.py),
 the imports check (imports.py: a refused file is graded as the skeleton's), the
 test runs (runner.py) inside the sandbox (sandbox.py), the scores (score.py,
 perf.py) and the report (report.py). It works in a fresh temporary folder and
@@ -13,8 +15,8 @@ time with nothing else of the batch running (Note [Speed in a batch]).
 
 The temporary folder holds tree/ (the pristine tree with the submission),
 build/ and runs/ (each run's working folder). The build's sandbox sees all of it
-read-only but build/ (it compiles the reference and the hidden tests; nothing of
-the submission runs while compiling); the runs' sandbox also covers the tree's
+read-only but build/, and the prebuilt entry's build folder read-only (nothing
+of the submission runs while compiling); the runs' sandbox also covers the tree's
 reference/ and grader/hidden/ (the sources) and build/ but for the one program
 the run runs (read-only), and may write runs/ alone.
 """

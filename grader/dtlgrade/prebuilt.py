@@ -252,7 +252,9 @@ def ensure(lab: Lab, key: str, make_tree, key_of, build_course, targets: list[st
             entry = _verified(folder)
             if entry is None:
                 log(f"  building the course's objects for lab {lab.number} (once; kept in {root}) ...")
+                start = time.monotonic()
                 entry = _build_entry(lab, key, folder, make_tree, key_of, build_course, targets)
+                log(f"  course objects built in {time.monotonic() - start:.0f} s")
     os.utime(folder / READY)  # used now: not pruned
     _prune(root)
     return entry
