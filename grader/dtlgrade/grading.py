@@ -3,10 +3,10 @@
 grade_one() is the whole pipeline, in order: the pristine tree with the
 submission's files (submission.py), the course's prebuilt objects for that tree
 (prebuilt.py, built first if need be), the build of the student's files and the
-include check (build.py),
-the imports check (imports.py: a refused file is graded as the skeleton's), the
-test runs (runner.py) inside the sandbox (sandbox.py), the scores (score.py,
-perf.py) and the report (report.py). It works in a fresh temporary folder and
+include check (build.py), the imports check (imports.py: a refused file is
+graded as the skeleton's), the test runs (runner.py) inside the sandbox
+(sandbox.py), the scores (score.py, perf.py) and the report (report.py). It
+works in a fresh temporary folder and
 always returns a result: a submission can only lower its score. grade_batch()
 grades every sub-folder of a folder: one after the other, or with --jobs N, N
 at a time for the build and the correctness runs (each in a process of its
