@@ -349,7 +349,8 @@ def prepare(entry: Entry, lab: Lab, tree: Path, build_dir: Path, targets: list[s
     made_here = {o for e in keep for o in e.outputs}
     build_dir.mkdir(parents=True, exist_ok=True)
     (build_dir / "CMakeFiles").mkdir(exist_ok=True)
-    (build_dir / "CMakeFiles" / "rules.ninja").write_text(moved((entry.build / "CMakeFiles" / "rules.ninja").read_text()))
+    rules = (entry.build / "CMakeFiles" / "rules.ninja").read_text()
+    (build_dir / "CMakeFiles" / "rules.ninja").write_text(moved(rules))
     body = "\n".join(moved(e.text()) for e in keep)
     if str(entry.folder) in body:
         raise GraderError(f"prebuilt.prepare(): the build file still names the entry {entry.folder}")
