@@ -1,10 +1,13 @@
-"""Building a submission in the pristine tree, and checking what the build read.
+"""Building a submission, and checking what the build read.
 
-build() configures only the lab being graded and builds only the targets asked
-for (the student test binaries, and the benchmarks for speed items), with ccache
-keyed on the tree. compiler_errors() picks the error lines out of a failed
-build's log. foreign_includes() reads the compiler's dependency lists and names
-every file the student library read that a submission may not use.
+build() builds the targets asked for in a grading's build folder: by default
+with the course's objects prebuilt (prebuilt.py: only the student's files
+compile, then the links), or, with `entry` None (--no-prebuilt), by
+configuring and building the whole pristine tree (build_tree(), which also
+builds the prebuilt entries), with ccache keyed on the tree. compiler_errors()
+picks the error lines out of a failed build's log. foreign_includes() reads the
+compiler's dependency lists and names every file the student library read that
+a submission may not use.
 """
 from __future__ import annotations
 
@@ -13,21 +16,30 @@ import re
 import subprocess
 from pathlib import Path
 
+from . import prebuilt
 from .lab import ROOT, Lab
 from .process import RunResult, run_capped
 
 BUILD_TIMEOUT = 900                 # seconds for configure, and again for build
 
 
-def build(lab: Lab, tree: Path, build_dir: Path, binaries: list[str]) -> RunResult:
+def configure_args(lab: Lab, tree: Path) -> list[str]:
+    """CMake's options of a grading's build of `tree` (only the lab and the labs it links)."""
+    cuda = "ON" if lab.needs_cuda else "OFF"
+    return ["-G", "Ninja", f"-DDTL_LABS={lab.number}", f"-DDTL_ENABLE_CUDA={cuda}", "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
+            f"-DDTL_HIDDEN_DIR={tree / 'grader' / 'hidden'}"]
+
+
+def _env(tree: Path) -> dict:
+    return dict(os.environ, CCACHE_BASEDIR=str(tree), CCACHE_NOHASHDIR="true")
+
+
+def build_tree(lab: Lab, tree: Path, build_dir: Path, binaries: list[str]) -> RunResult:
     """Configures `tree` into `build_dir` and builds the targets `binaries`; the
     result of the configure if it failed, else the build's (seconds: both)."""
-    env = dict(os.environ, CCACHE_BASEDIR=str(tree), CCACHE_NOHASHDIR="true")
-    cuda = "ON" if lab.needs_cuda else "OFF"
-    configure = ["cmake", "-S", str(tree), "-B", str(build_dir), "-G", "Ninja", f"-DDTL_LABS={lab.number}",
-                 f"-DDTL_ENABLE_CUDA={cuda}", "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
-                 f"-DDTL_HIDDEN_DIR={tree / 'grader' / 'hidden'}"]
-    result = run_capped(configure, env, tree, BUILD_TIMEOUT)
+    env = _env(tree)
+    result = run_capped(["cmake", "-S", str(tree), "-B", str(build_dir), *configure_args(lab, tree)], env, tree,
+                        BUILD_TIMEOUT)
     if result.returncode != 0:
         return result
     jobs = str(max(1, os.cpu_count() or 1))
@@ -35,6 +47,23 @@ def build(lab: Lab, tree: Path, build_dir: Path, binaries: list[str]) -> RunResu
                       BUILD_TIMEOUT)
     made.seconds += result.seconds
     return made
+
+
+def build(lab: Lab, tree: Path, build_dir: Path, binaries: list[str],
+          entry: prebuilt.Entry | None = None) -> RunResult:
+    """Builds the targets `binaries` of the grading of `tree` into `build_dir`: with
+    `entry`, only what depends on the student's files (the first call fills the
+    folder from the entry; a later one, after files were reverted, rebuilds what
+    changed); without, the whole tree (build_tree())."""
+    if entry is None:
+        return build_tree(lab, tree, build_dir, binaries)
+    if not (build_dir / "build.ninja").exists():
+        left = prebuilt.prepare(entry, lab, tree, build_dir, binaries)
+    else:
+        made_here = (build_dir / "build.ninja").read_text()
+        left = [b for b in binaries if f"\nbuild {b}: phony" in made_here]
+    jobs = str(max(1, os.cpu_count() or 1))
+    return run_capped(["ninja", "-C", str(build_dir), "-j", jobs, *left], _env(tree), tree, BUILD_TIMEOUT)
 
 
 def compiler_errors(output: str, limit: int = 6000) -> str:

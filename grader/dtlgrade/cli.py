@@ -56,6 +56,9 @@ def main(argv=None) -> int:
     parser.add_argument("--no-hidden", action="store_true", help="skip the example hidden tests in grader/hidden")
     parser.add_argument("--keep", action="store_true", help="keep the pristine build folder and print its path")
     parser.add_argument("--verbose", action="store_true", help="print every test run's output")
+    parser.add_argument("--no-prebuilt", action="store_true",
+                        help="configure and build the whole pristine tree, as before the course's objects were "
+                             "prebuilt (slower; to compare, or to rule the prebuilt objects out)")
     parser.add_argument("--budget", metavar="SECONDS", type=float,
                         help="seconds for all test runs of one grading (default: the rubric's budget)")
     parser.add_argument("--fail-under", metavar="PERCENT", type=float,

@@ -1,10 +1,12 @@
 """Grading one submission from start to end, and a batch of them.
 
 grade_one() is the whole pipeline, in order: the pristine tree with the
-submission's files (submission.py), the build and the include check (build.py),
-the imports check (imports.py: a refused file is graded as the skeleton's), the
-test runs (runner.py) inside the sandbox (sandbox.py), the scores (score.py,
-perf.py) and the report (report.py). It works in a fresh temporary folder and
+submission's files (submission.py), the course's prebuilt objects for that tree
+(prebuilt.py, built first if need be), the build of the student's files and the
+include check (build.py), the imports check (imports.py: a refused file is
+graded as the skeleton's), the test runs (runner.py) inside the sandbox
+(sandbox.py), the scores (score.py, perf.py) and the report (report.py). It
+works in a fresh temporary folder and
 always returns a result: a submission can only lower its score. grade_batch()
 grades every sub-folder of a folder: one after the other, or with --jobs N, N
 at a time for the build and the correctness runs (each in a process of its
@@ -15,8 +17,8 @@ prints a progress line with an ETA after each one (progress.BatchProgress).
 
 The temporary folder holds tree/ (the pristine tree with the submission),
 build/ and runs/ (each run's working folder). The build's sandbox sees all of it
-read-only but build/ (it compiles the reference and the hidden tests; nothing of
-the submission runs while compiling); the runs' sandbox also covers the tree's
+read-only but build/, and the prebuilt entry's build folder read-only (nothing
+of the submission runs while compiling); the runs' sandbox also covers the tree's
 reference/ and grader/hidden/ (the sources) and build/ but for the one program
 the run runs (read-only), and may write runs/ alone.
 """
@@ -33,8 +35,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import imports, objects, progress, resume
-from .build import build, compiler_errors, foreign_includes
+from . import imports, objects, prebuilt, progress, resume
+from .build import build, build_tree, compiler_errors, configure_args, foreign_includes
 from .lab import ROOT, GraderError, Lab, binaries_for, read_toml, skeleton_src
 from .perf import fit_ranks, not_gradable_here_row, perf_rows, usable_cores
 from .process import confine
@@ -42,7 +44,7 @@ from .report import gradescope_results, print_report, totals, write_summary
 from .runner import Allowance, gpu_available, run_items
 from .sandbox import Sandbox
 from .score import TEST_OUTPUT_CAP, failed_rows, item_rows
-from .submission import make_tree, submission_sources
+from .submission import copy_pristine_tree, make_tree, submission_sources
 
 # Temporary folders of gradings in progress: an interrupted grader removes them (cleanup()).
 WORK_FOLDERS: set[Path] = set()
@@ -132,8 +134,19 @@ def strip_debug_info(programs: list[Path]) -> None:
     of that no more than the machine code (no names of the hidden tests' locals,
     no line tables)."""
     for program in programs:
-        if program.is_file():
+        if program.is_file() and not program.is_symlink():  # never through a link into the prebuilt objects
             subprocess.run(["strip", "--strip-debug", str(program)], capture_output=True, timeout=120)
+
+
+def course_objects(lab: Lab, tree: Path, hidden_dirs: list[Path], targets: list[str]) -> prebuilt.Entry:
+    """The prebuilt course objects for the grading of `tree` (its course files, the
+    targets), built first if no entry has them (See Note [Prebuilt course objects])."""
+    def key_of(t: Path) -> str:
+        return prebuilt.course_key(lab, t, configure_args(lab, Path("TREE")), targets)
+
+    with progress.status("course objects"):
+        return prebuilt.ensure(lab, key_of(tree), lambda dest: copy_pristine_tree(lab, dest, hidden_dirs), key_of,
+                               lambda t, b, tg: build_tree(lab, t, b, tg), targets)
 
 
 def grade_one(lab: Lab, source: Path, description: str, hidden_dirs: list[Path], args) -> dict:
@@ -191,12 +204,16 @@ def grade_correctness(lab: Lab, source: Path, description: str, hidden_dirs: lis
         if lab.perf and has_reference:
             targets += [f"lab{lab.number}_student_bench", f"lab{lab.number}_bench"]
 
+        # The course's objects, prebuilt once (prebuilt.py): this build compiles the student's files only.
+        entry = None if getattr(args, "no_prebuilt", False) else course_objects(lab, tree, hidden_dirs, targets)
+
         build_box = run_box = None
         if args.no_sandbox:
             notes.append("graded WITHOUT the sandbox (--no-sandbox): the submission ran with the grader's rights")
             print(f"  note: {notes[-1]}")
         else:
-            build_box = Sandbox(tree=work, writable=[work / "build"], cache=True)
+            build_box = Sandbox(tree=work, writable=[work / "build"], cache=True,
+                                read_only=[entry.build] if entry is not None else [])
             # A run writes only runs/; of build/ it sees the one program it runs, read-only.
             run_box = Sandbox(tree=work, writable=[runs], hidden=[tree / "reference", tree / "grader" / "hidden"],
                               gpu=gpu, programs_only=work / "build")
@@ -204,7 +221,7 @@ def grade_correctness(lab: Lab, source: Path, description: str, hidden_dirs: lis
         print("  building ...", flush=True)
         confine(build_box, building=True)
         with progress.status("building"):
-            made = build(lab, tree, work / "build", targets)
+            made = build(lab, tree, work / "build", targets, entry)
         refusals: list[str] = []
         if made.returncode == 0 and not foreign_includes(lab, tree, work / "build"):
             # What the student's code imports, before any of it runs (imports.py).
@@ -214,7 +231,7 @@ def grade_correctness(lab: Lab, source: Path, description: str, hidden_dirs: lis
                 for note in refusals:
                     notes.append(note)
                     print(f"  {note}")
-                made = build(lab, tree, work / "build", targets)
+                made = build(lab, tree, work / "build", targets, entry)
                 if made.returncode == 0 and refused_imports(lab, tree, work / "build"):
                     raise GraderError("refused imports remain with the skeleton's files: a rubric's "
                                       "[imports] rules refuse the skeleton itself")

@@ -28,7 +28,8 @@ inside `bwrap` (Debian's bubblewrap) with
     reference's library or benchmark, and nothing there to overwrite before the
     grader runs it; the build folder is read-only for runs in any case, and the
     compiler cache is mounted for builds only (a run could otherwise poison the
-    objects of the next submission);
+    objects of the next submission), and so is the build folder of the course's
+    prebuilt objects (read-only: the links read them; prebuilt.py);
   - tmpfs of a fixed size for /tmp and /dev/shm;
 
 and limits() sets per-process resource limits (CPU seconds, file size, open files,
@@ -88,7 +89,9 @@ class Sandbox:
     paths in `hidden` (inside tree) are covered by empty folders, `writable` are
     read-write. `programs_only`, a folder inside tree, is covered too, but for the
     files under it that the command names (the program a run runs). `cache`: the
-    compiler cache is mounted (builds only). enabled=False wraps nothing (--no-sandbox)."""
+    compiler cache is mounted (builds only). `read_only`: folders outside tree, visible
+    read-only (the prebuilt course objects a build links). enabled=False wraps nothing
+    (--no-sandbox)."""
     tree: Path
     writable: list[Path] = field(default_factory=list)
     hidden: list[Path] = field(default_factory=list)
@@ -96,6 +99,7 @@ class Sandbox:
     gpu: bool = False
     programs_only: Path | None = None
     cache: bool = False
+    read_only: list[Path] = field(default_factory=list)
 
     def wrap(self, cmd: list[str], cwd: Path) -> list[str]:
         if not self.enabled:
@@ -112,6 +116,8 @@ class Sandbox:
                 args += ["--dev-bind-try", str(node), str(node)]
         args += ["--size", str(SHM_BYTES), "--tmpfs", "/dev/shm"]
         args += ["--ro-bind", str(self.tree), str(self.tree)]
+        for path in self.read_only:
+            args += ["--ro-bind", str(path), str(path)]
         for path in self.hidden:
             if path.exists():
                 args += ["--size", "4096", "--tmpfs", str(path), "--remount-ro", str(path)]

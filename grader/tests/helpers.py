@@ -228,9 +228,10 @@ def sandbox_works() -> bool:
     return _sandbox_works
 
 
-def grade(*args: str, timeout: float = GRADE_TIMEOUT, lab: str = LAB) -> GradeRun:
+def grade(*args: str, timeout: float = GRADE_TIMEOUT, lab: str = LAB, env: dict | None = None) -> GradeRun:
     """Runs `python3 grader/grade.py LAB *args --json FILE` from the repository root
-    (with --no-sandbox where the sandbox cannot run: sandbox_works()).
+    (with --no-sandbox where the sandbox cannot run: sandbox_works()), with `env`
+    added to the environment (e.g. DTL_PREBUILT_DIR: a cache of its own).
     A grader still running after `timeout` seconds is killed and reported as a
     test failure (AssertionError), never as a hang of the suite."""
     if not sandbox_works() and "--no-sandbox" not in args:
@@ -240,7 +241,8 @@ def grade(*args: str, timeout: float = GRADE_TIMEOUT, lab: str = LAB) -> GradeRu
         cmd = [sys.executable, str(GRADE_PY), lab, *args, "--json", str(out)]
         start = time.monotonic()
         try:
-            proc = subprocess.run(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, **(env or {})),
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True, errors="replace", timeout=timeout)
         except subprocess.TimeoutExpired as e:
             raise AssertionError(f"grade.py did not finish within {timeout} s: {' '.join(cmd)}\n"
@@ -288,9 +290,10 @@ def run_kept_tests(work: Path, lab: str, ranks: int, *gtest_args: str,
 def rebuild_kept(work: Path, lab: str, *targets: str) -> subprocess.CompletedProcess:
     """Rebuilds only lab `lab`'s student test program (or the `targets` given, e.g.
     "lab07_student_bench") in a kept folder, after a test has changed a file of its
-    graded tree (work/tree)."""
+    graded tree (work/tree). The kept build folder is ninja's (the course's objects
+    are prebuilt: grader/dtlgrade/prebuilt.py)."""
     targets = targets or (f"lab{lab}_student_test",)
-    return subprocess.run(["cmake", "--build", str(work / "build"), "--target", *targets],
+    return subprocess.run(["ninja", "-C", str(work / "build"), *targets],
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace", timeout=300)
 
 
