@@ -80,7 +80,7 @@ class TestCourseKey(unittest.TestCase):
 
     def test_a_harness_file_changes_it(self):
         self.assertNotEqual(self.changed("harness/testing/gtest_mpi_main.cc"), self.key)
-        self.assertNotEqual(self.changed("harness/comm/mpi.h"), self.key)
+        self.assertNotEqual(self.changed("harness/comm/mpi_comm.h"), self.key)
 
     def test_a_hidden_test_changes_it(self):
         hidden = next((self.tree / "grader" / "hidden" / self.lab.name).glob("*_test.cc"))

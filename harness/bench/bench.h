@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 
 namespace dtl::bench {
 

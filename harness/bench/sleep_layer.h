@@ -15,7 +15,7 @@
 #include <string>
 #include <thread>
 
-#include "harness/nn/layer.h"
+#include "harness/nn/layer_interface.h"
 
 namespace dtl::bench {
 

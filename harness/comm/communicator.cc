@@ -9,7 +9,7 @@
 #include <sstream>
 #include <utility>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 
 namespace dtl {
 

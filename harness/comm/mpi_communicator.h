@@ -10,7 +10,7 @@
 #include <string>
 
 #include "harness/comm/communicator.h"
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 
 namespace dtl {
 

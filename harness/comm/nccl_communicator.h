@@ -15,7 +15,7 @@
 #include <string>
 
 #include "harness/comm/communicator.h"
-#include "harness/comm/nccl.h"
+#include "harness/comm/nccl_comm.h"
 #include "harness/cuda/stream.h"
 
 namespace dtl {

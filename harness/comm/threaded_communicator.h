@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "harness/comm/communicator.h"
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 
 namespace dtl {
 

@@ -1,13 +1,13 @@
 /// @file
 /// @brief The dense layers of an MLP: Linear (y = x W^T + b, through GEMM) and
-/// the elementwise activations ReLU and GELU. Conventions: see layer.h.
+/// the elementwise activations ReLU and GELU. Conventions: see layer_interface.h.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "harness/nn/layer.h"
+#include "harness/nn/layer_interface.h"
 #include "harness/random.h"
 
 namespace dtl::nn {

@@ -1,13 +1,13 @@
 /// @file
 /// @brief Where a language model starts: the token embedding (ids to vectors)
-/// and the learned positional embedding. Conventions: see layer.h.
+/// and the learned positional embedding. Conventions: see layer_interface.h.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "harness/nn/layer.h"
+#include "harness/nn/layer_interface.h"
 #include "harness/random.h"
 
 namespace dtl::nn {

@@ -11,7 +11,7 @@
 
 #include "harness/error.h"
 #include "harness/nn/kernels/kernels.h"
-#include "harness/nn/layer.h"
+#include "harness/nn/layer_interface.h"
 #include "harness/random.h"
 #include "harness/nn/tensor.h"
 

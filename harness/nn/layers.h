@@ -3,7 +3,7 @@
 ///
 /// | header            | holds |
 /// | ----------------- | ----- |
-/// | layer.h           | Parameter, GradReadyFn, SlotCaches, the Layer interface and its conventions; Sequential, Residual |
+/// | layer_interface.h | Parameter, GradReadyFn, SlotCaches, the Layer interface and its conventions; Sequential, Residual |
 /// | dense.h           | Linear, ReLU, GELU |
 /// | normalization.h   | LayerNorm |
 /// | embedding.h       | Embedding, PositionalEmbedding |
@@ -11,9 +11,9 @@
 /// | loss.h            | SoftmaxCrossEntropy |
 #pragma once
 
-#include "harness/nn/dense.h"          // IWYU pragma: export
-#include "harness/nn/embedding.h"      // IWYU pragma: export
-#include "harness/nn/layer.h"          // IWYU pragma: export
-#include "harness/nn/loss.h"           // IWYU pragma: export
-#include "harness/nn/normalization.h"  // IWYU pragma: export
-#include "harness/nn/transformer.h"    // IWYU pragma: export
+#include "harness/nn/dense.h"             // IWYU pragma: export
+#include "harness/nn/embedding.h"         // IWYU pragma: export
+#include "harness/nn/layer_interface.h"   // IWYU pragma: export
+#include "harness/nn/loss.h"              // IWYU pragma: export
+#include "harness/nn/normalization.h"     // IWYU pragma: export
+#include "harness/nn/transformer.h"       // IWYU pragma: export

@@ -1,6 +1,6 @@
 /// @file
 /// @brief SoftmaxCrossEntropy: the loss every model here trains on, and where
-/// backward starts. Shapes: see layer.h.
+/// backward starts. Shapes: see layer_interface.h.
 #pragma once
 
 #include <cstdint>

@@ -1,13 +1,13 @@
 /// @file
 /// @brief LayerNorm: each row of the last dimension normalized to mean 0 and
-/// variance 1, then scaled and shifted. Conventions: see layer.h.
+/// variance 1, then scaled and shifted. Conventions: see layer_interface.h.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "harness/nn/layer.h"
+#include "harness/nn/layer_interface.h"
 
 namespace dtl::nn {
 

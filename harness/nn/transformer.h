@@ -2,7 +2,7 @@
 /// @brief The transformer's pieces: multi-head causal self-attention (and its
 /// core without the projections), and the residual blocks a GPT is built from
 /// (attention block, MLP block).
-/// Conventions: see layer.h.
+/// Conventions: see layer_interface.h.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "harness/nn/dense.h"
-#include "harness/nn/layer.h"
+#include "harness/nn/layer_interface.h"
 #include "harness/random.h"
 
 namespace dtl::nn {

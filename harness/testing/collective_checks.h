@@ -24,7 +24,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/testing/mpi_test.h"
 #include "harness/testing/mpi_tracer.h"
 

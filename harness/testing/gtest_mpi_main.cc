@@ -42,7 +42,7 @@
 #include <thread>
 #include <vector>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/json.h"
 #include "harness/orphans.h"
 #include "harness/testing/mpi_test.h"

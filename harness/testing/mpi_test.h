@@ -23,7 +23,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 
 namespace dtl::testing {

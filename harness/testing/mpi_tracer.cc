@@ -26,7 +26,7 @@
 #include <vector>
 #include <algorithm>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 
 namespace dtl::trace {

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/testing/mpi_tracer_calls.h"
 
 using dtl::trace::CallScope;

@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 #include "harness/testing/collective_checks.h"
 #include "harness/testing/mpi_test.h"

@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <vector>
 
-#include "harness/comm/mpi.h"
-#include "harness/comm/nccl.h"
+#include "harness/comm/mpi_comm.h"
+#include "harness/comm/nccl_comm.h"
 #include "harness/cuda/check.h"
 #include "harness/cuda/copy.h"
 #include "harness/cuda/device.h"

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "harness/comm/communicator.h"
-#include "harness/comm/mpi.h"
-#include "harness/comm/nccl.h"
+#include "harness/comm/mpi_comm.h"
+#include "harness/comm/nccl_comm.h"
 #include "harness/comm/nccl_communicator.h"
 #include "harness/cuda/check.h"
 #include "harness/cuda/device.h"

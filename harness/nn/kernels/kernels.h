@@ -6,7 +6,7 @@
 /// Each op takes device pointers, runs on `on.stream` (the compute stream,
 /// compute_stream.h), returns as soon as its kernels are queued, and checks
 /// every launch. f32 only: f64 is the gradient checks' type and stays on the CPU.
-/// Shapes: as in the layers (layer.h): N rows, C channels, V vocabulary,
+/// Shapes: as in the layers (layer_interface.h): N rows, C channels, V vocabulary,
 /// B batch, T time, NH heads, hs = C / NH.
 ///
 /// Declared in every build so that the layers compile once; defined in the .cu

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 #include "harness/json.h"
 #include "harness/testing/mpi_test.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "harness/bench/bench.h"
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 #include "lab01/point_to_point.h"
 

@@ -16,7 +16,7 @@
 // The reference uses the first.
 #include <mpi.h>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 #include "lab01/point_to_point.h"
 

@@ -35,7 +35,7 @@
 
 #include "harness/bench/bench.h"
 #include "harness/bench/collective.h"
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 #include "lab02/collectives.h"
 

@@ -36,7 +36,7 @@
 #include <cstdint>
 #include <string>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 #include "lab02/collectives.h"
 

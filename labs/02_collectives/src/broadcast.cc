@@ -47,7 +47,7 @@
 #include <string>
 #include <utility>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 #include "lab02/collectives.h"
 

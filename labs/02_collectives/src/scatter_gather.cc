@@ -39,7 +39,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 #include "lab02/collectives.h"
 

@@ -15,7 +15,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/testing/collective_checks.h"
 #include "harness/testing/mpi_test.h"
 #include "lab02/collectives.h"

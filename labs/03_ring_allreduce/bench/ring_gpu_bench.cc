@@ -45,7 +45,7 @@
 #include <vector>
 
 #include "harness/bench/bench.h"
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/cuda/check.h"
 #include "harness/cuda/copy.h"
 #include "harness/cuda/device.h"
@@ -53,7 +53,7 @@
 #include "lab03/ring.h"
 #include "lab03/ring_cuda.h"
 #if DTL_HAVE_NCCL
-#include "harness/comm/nccl.h"
+#include "harness/comm/nccl_comm.h"
 #endif
 
 namespace {

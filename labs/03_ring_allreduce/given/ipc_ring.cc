@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/cuda/check.h"
 #include "ipc_ring.h"
 #include "lab03/ring_cuda.h"

@@ -31,7 +31,7 @@
 #include <utility>
 #include <vector>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 #include "ipc_ring.h"
 #include "lab03/ring_cuda.h"

@@ -2,7 +2,7 @@
 // compare the rings with. Given, not a task: one call each, on the caller's
 // stream, asynchronous like every NCCL collective.
 #if DTL_LAB_HAS_CUDA && DTL_HAVE_NCCL
-#include "harness/comm/nccl.h"
+#include "harness/comm/nccl_comm.h"
 #include "lab03/ring_cuda.h"
 
 namespace dtl::lab03 {

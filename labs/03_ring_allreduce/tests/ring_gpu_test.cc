@@ -25,7 +25,7 @@
 #include "lab03/ring.h"
 #include "lab03/ring_cuda.h"
 #if DTL_HAVE_NCCL
-#include "harness/comm/nccl.h"
+#include "harness/comm/nccl_comm.h"
 #endif
 
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/testing/collective_checks.h"
 #include "harness/testing/mpi_test.h"
 #include "lab03/ring.h"

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "harness/comm/backends.h"
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/comm/threaded_communicator.h"
 #include "harness/error.h"
 #include "lab03/ring.h"

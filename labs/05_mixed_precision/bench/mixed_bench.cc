@@ -59,7 +59,7 @@
 #include "harness/bench/bench.h"
 #include "harness/comm/communicator.h"
 #include "harness/comm/emulated_communicator.h"
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 #include "harness/nn/layers.h"
 #include "harness/nn/optim.h"

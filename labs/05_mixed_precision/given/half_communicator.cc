@@ -26,7 +26,7 @@
 #include <string>
 
 #include "harness/comm/backends.h"
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/comm/mpi_communicator.h"
 #include "harness/error.h"
 #include "lab05/mixed.h"

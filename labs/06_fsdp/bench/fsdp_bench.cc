@@ -57,7 +57,7 @@
 #include "harness/bench/timeline.h"
 #include "harness/comm/communicator.h"
 #include "harness/comm/emulated_communicator.h"
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/comm/mpi_communicator.h"
 #include "harness/error.h"
 #include "harness/nn/layers.h"

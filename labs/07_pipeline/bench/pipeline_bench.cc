@@ -48,7 +48,7 @@
 #include "harness/bench/bench.h"
 #include "harness/bench/timeline.h"
 #include "harness/comm/emulated_communicator.h"
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 #include "harness/nn/layers.h"
 #include "harness/nn/model.h"

@@ -27,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 #include "lab07/pipeline.h"
 

@@ -38,7 +38,7 @@
 #include "harness/bench/bench.h"
 #include "harness/bench/timeline.h"
 #include "harness/comm/backends.h"
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/comm/mpi_communicator.h"
 #include "harness/error.h"
 #include "harness/nn/layers.h"

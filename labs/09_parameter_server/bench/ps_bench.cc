@@ -41,7 +41,7 @@
 #include "datasets/test_data.h"
 #include "harness/bench/bench.h"
 #include "harness/comm/emulated_communicator.h"
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/comm/mpi_communicator.h"
 #include "harness/error.h"
 #include "harness/nn/loss.h"

@@ -11,7 +11,7 @@
 #include <mutex>
 #include <vector>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 #include "harness/nn/model.h"
 #include "lab09/parameter_server.h"

@@ -29,7 +29,7 @@
 #include <utility>
 #include <vector>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 #include "harness/nn/loss.h"
 #include "lab09/engine.h"

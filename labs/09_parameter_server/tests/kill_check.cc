@@ -34,7 +34,7 @@
 #include <thread>
 #include <vector>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "labs/09_parameter_server/tests/ps_test_util.h"
 
 namespace {

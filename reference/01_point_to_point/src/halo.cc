@@ -14,7 +14,7 @@
 
 #include <array>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 #include "lab01/point_to_point.h"
 

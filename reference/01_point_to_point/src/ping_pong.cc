@@ -9,7 +9,7 @@
 // bench/ping_pong_bench.cc, takes medians over many calls).
 #include <mpi.h>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 #include "lab01/point_to_point.h"
 

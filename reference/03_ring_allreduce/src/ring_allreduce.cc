@@ -40,7 +40,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 #include "lab03/ring.h"
 

@@ -59,13 +59,13 @@
 #include <string>
 #include <vector>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/cuda/device.h"
 #include "harness/cuda/stream.h"
 #include "harness/error.h"
 #include "lab03/ring.h"
 #if DTL_HAVE_NCCL
-#include "harness/comm/nccl.h"
+#include "harness/comm/nccl_comm.h"
 #endif
 
 namespace dtl::lab03 {

@@ -20,7 +20,7 @@
 #include <mpi.h>
 
 #include "harness/comm/communicator.h"
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/nn/model.h"
 
 namespace dtl::lab07 {

@@ -59,7 +59,7 @@
 #include <vector>
 
 #include "harness/comm/communicator.h"
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/nn/layers.h"
 #include "harness/nn/model.h"
 #include "harness/nn/tensor.h"

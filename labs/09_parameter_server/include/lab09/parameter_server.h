@@ -45,7 +45,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 #include "harness/nn/model.h"
 #include "harness/nn/optim.h"

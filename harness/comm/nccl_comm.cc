@@ -1,5 +1,5 @@
 // NcclComm: ncclCommInitRank with an id broadcast over MPI.
-#include "harness/comm/nccl.h"
+#include "harness/comm/nccl_comm.h"
 
 #include <cuda_runtime_api.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 #include "harness/cuda/check.h"
 #include "harness/cuda/device.h"
 

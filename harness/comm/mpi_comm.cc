@@ -1,5 +1,5 @@
 // RAII for the MPI session and for communicators we own.
-#include "harness/comm/mpi.h"
+#include "harness/comm/mpi_comm.h"
 
 #include <climits>
 #include <sstream>

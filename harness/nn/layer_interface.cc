@@ -1,5 +1,5 @@
 // The containers: Sequential (a chain) and Residual (y = x + f(x)).
-#include "harness/nn/layer.h"
+#include "harness/nn/layer_interface.h"
 
 #include "harness/nn/layer_util.h"
 
