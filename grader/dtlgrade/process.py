@@ -133,6 +133,8 @@ def run_capped(cmd: list[str], env: dict, cwd: Path, limit: float,
     kill_session(proc.pid)  # ranks left behind by a crashed mpirun
     LIVE_SESSIONS.discard(proc.pid)
     thread.join(timeout=5)
+    if not thread.is_alive():  # else a process left behind still holds the pipe: the reader owns it
+        proc.stdout.close()
     text = head.decode(errors="replace")
     if total[0] > len(head) + len(tail):
         text += f"\n... [{total[0] - len(head) - len(tail)} bytes of output cut] ...\n"
