@@ -11,11 +11,22 @@
 /// bench). The layer passes its input through and has no parameters.
 #pragma once
 
+#include <mpi.h>
+
 #include <chrono>
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
+#include "harness/comm/emulated_communicator.h"
+#include "harness/comm/mpi_communicator.h"
+#include "harness/nn/dense.h"
 #include "harness/nn/layer_interface.h"
+#include "harness/nn/model.h"
+#include "harness/random.h"
 
 namespace dtl::bench {
 
@@ -55,5 +66,37 @@ class SleepLayer final : public nn::Layer {
  private:
   double forward_seconds_, backward_seconds_;
 };
+
+/// @brief The graded rows' model: `units` units, each a Linear(width, width) (real
+/// parameters and gradients to communicate) followed by a SleepLayer (the compute).
+/// @param[in] units how many units.
+/// @param[in] width the Linear's in and out features.
+/// @param[in] forward_seconds, backward_seconds each SleepLayer's times.
+/// @param[in] seed the weights' seed.
+/// @return the model, not flattened (a lab flattens what it needs).
+inline nn::Model sleep_model(int units, std::int64_t width, double forward_seconds, double backward_seconds,
+                             std::uint64_t seed) {
+  dtl::Rng rng(seed);
+  nn::Model model;
+  for (int u = 0; u < units; ++u) {
+    std::vector<std::unique_ptr<nn::Layer>> layers;
+    layers.push_back(std::make_unique<nn::Linear>("fc" + std::to_string(u), width, width, nn::DType::kF32, rng));
+    layers.push_back(std::make_unique<SleepLayer>("compute" + std::to_string(u), forward_seconds, backward_seconds));
+    model.add_unit("u" + std::to_string(u), std::move(layers));
+  }
+  return model;
+}
+
+/// @brief The graded rows' link: the emulated `link` over a polling MPI backend. Its
+/// progress thread sleeps between MPI_Tests, where a communication thread would spin
+/// inside a blocking collective and take the cores the ranks' sleeps leave free (on
+/// a busy machine, the spin is the noise).
+/// @param[in] comm the ranks.
+/// @param[in] link a link description for parse_link(), e.g. "alpha=100us,bw=25MB/s".
+/// @return the backend.
+inline std::unique_ptr<Communicator> polling_emulated_link(MPI_Comm comm, const std::string& link) {
+  return std::make_unique<EmulatedCommunicator>(std::make_unique<MpiCommunicator>(comm, MpiMode::kPolling),
+                                                parse_link(link));
+}
 
 }  // namespace dtl::bench

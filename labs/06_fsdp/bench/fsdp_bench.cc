@@ -390,26 +390,14 @@ constexpr std::int64_t kGradeWidth = 256, kGradeBatch = 8;
 constexpr double kGradeForwardSeconds = 5e-3, kGradeBackwardSeconds = 10e-3;
 constexpr const char* kGradeLink = "alpha=100us,bw=25MB/s";
 
-// The emulated link over a polling backend: its progress thread sleeps between
-// MPI_Tests, where a communication thread would spin inside a blocking collective
-// and take the cores the ranks' sleeps leave free (on a busy machine, the noise).
 dtl::Communicator& grade_backend() {
-  static std::unique_ptr<dtl::Communicator> made = std::make_unique<dtl::EmulatedCommunicator>(
-      std::make_unique<dtl::MpiCommunicator>(comm(), dtl::MpiMode::kPolling), dtl::parse_link(kGradeLink));
+  static const std::unique_ptr<dtl::Communicator> made = dtl::bench::polling_emulated_link(comm(), kGradeLink);
   return *made;
 }
 
 nn::Model grade_model() {
-  dtl::Rng rng(11);
-  nn::Model model;
-  for (int u = 0; u < kGradeUnits; ++u) {
-    std::vector<std::unique_ptr<nn::Layer>> layers;
-    layers.push_back(std::make_unique<nn::Linear>("fc" + std::to_string(u), kGradeWidth, kGradeWidth,
-                                                  nn::DType::kF32, rng));
-    layers.push_back(std::make_unique<dtl::bench::SleepLayer>("compute" + std::to_string(u), kGradeForwardSeconds,
-                                                              kGradeBackwardSeconds));
-    model.add_unit("u" + std::to_string(u), std::move(layers));
-  }
+  nn::Model model =
+      dtl::bench::sleep_model(kGradeUnits, kGradeWidth, kGradeForwardSeconds, kGradeBackwardSeconds, /*seed=*/11);
   return model;
 }
 
