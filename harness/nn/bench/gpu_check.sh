@@ -11,20 +11,9 @@
 #   2. the same under compute-sanitizer: memcheck (out-of-bounds, misaligned),
 #      then synccheck (warp shuffles with lanes missing, __syncthreads misuse)
 set -uo pipefail
-OUT="${OUT:-$PWD/gpu-out}"
-mkdir -p "$OUT"
-# shellcheck disable=SC1091
-source .carry/device-env.sh
-summary="$OUT/summary.txt"
-: >"$summary"
-step() {  # step NAME SECONDS COMMAND...: runs, logs, records the exit status
-  local name="$1" limit="$2"; shift 2
-  local start=$SECONDS
-  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
-  local rc=$?
-  printf '%-28s rc=%-3s %4ss\n' "$name" "$rc" "$((SECONDS - start))" | tee -a "$summary"
-}
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvcc --version | tail -1; } >"$OUT/machine.txt" 2>&1
+# $OUT, the staged environment, step() and machine.txt (shared by every GPU check).
+# shellcheck source=harness/cuda/gpu_check_steps.sh
+source harness/cuda/gpu_check_steps.sh
 
 test=build/harness/nn/nn_gpu_test
 step nn-gpu-test 120 bash -c "cd build && ctest -R nn_gpu_test --output-on-failure"

@@ -12,22 +12,10 @@
 #      NCCL_MAX_CTAS=1, and under MPS (nvidia-cuda-mps-control -d)
 #   4. PyTorch's torch.add on the same GPU (torch_anchor.py)
 set -uo pipefail
-OUT="${OUT:-$PWD/gpu-out}"
-mkdir -p "$OUT"
+# $OUT, the staged environment, step() and machine.txt (shared by every GPU check).
+# shellcheck source=harness/cuda/gpu_check_steps.sh
+source harness/cuda/gpu_check_steps.sh
 here="$(cd "$(dirname "$0")" && pwd)"
-# shellcheck disable=SC1091
-source .carry/device-env.sh
-summary="$OUT/summary.txt"
-: >"$summary"
-step() {  # step NAME SECONDS COMMAND...: runs, logs, records the exit status
-  local name="$1" limit="$2"; shift 2
-  local start=$SECONDS
-  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
-  local rc=$?
-  printf '%-28s rc=%-3s %4ss\n' "$name" "$rc" "$((SECONDS - start))" | tee -a "$summary"
-}
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvcc --version | tail -1
-  ls .carry/nccl/lib/libnccl.so.* 2>/dev/null; } >"$OUT/machine.txt" 2>&1
 
 step ctest-1 240 bash -c "cd build && ctest -R 'gpu|nccl' -LE student --output-on-failure"
 step ctest-2 240 bash -c "cd build && ctest -R 'gpu|nccl' -LE student --output-on-failure"
