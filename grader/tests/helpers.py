@@ -346,6 +346,12 @@ def speed_left_out(test: dict) -> bool:
             and test["output"].startswith(SPEED_LEFT_OUT))
 
 
+def clipped(text: str, head: int = 1500, tail: int = 2500) -> str:
+    """`text` whole when short, else its first `head` and last `tail` characters:
+    an item's output opens with what failed and ends with the ranks' last words."""
+    return text if len(text) <= head + tail else f"{text[:head]}\n[... {len(text) - head - tail} characters ...]\n{text[-tail:]}"
+
+
 class GraderAssertions:
     """Assertions shared by the test classes; mix in before unittest.TestCase."""
 
@@ -354,11 +360,12 @@ class GraderAssertions:
         `items` items when given), every item at full marks."""
         self.assertEqual(run.returncode, 0, run.output[-3000:])
         self.assertGradescopeJson(run)
-        self.assertEqual(run.json["score"], total - run.speed_out())
-        self.assertEqual(run.json["max_score"], total - run.speed_out())
         if items is not None:
             self.assertEqual(len(run.json["tests"]), items)
+        # Items first: a failed item's output says which test, rank and value; a total alone does not.
         self.assertFullMarks(run.json["tests"])
+        self.assertEqual(run.json["score"], total - run.speed_out())
+        self.assertEqual(run.json["max_score"], total - run.speed_out())
 
     def assertSkeletonZeroFast(self, run: GradeRun, seconds: float = 90) -> None:
         """`--skeleton`: 0 points within `seconds`, no timeout or crash, and every
@@ -415,7 +422,7 @@ class GraderAssertions:
         for t in tests:
             if speed_left_out(t):
                 continue
-            self.assertEqual(t["status"], "passed", f"{t['name']}:\n{t['output'][:2000]}")
+            self.assertEqual(t["status"], "passed", f"{t['name']}:\n{clipped(t['output'])}")
             self.assertEqual(t["score"], t["max_score"], t["name"])
             self.assertGreater(t["max_score"], 0, t["name"])
 
