@@ -27,6 +27,7 @@ class TestLab08Reference(helpers.GraderAssertions, unittest.TestCase):
     grader's CPUs: test_speed_under_load.Load): full marks, the speed item at full
     marks or left out with its reason, never lower (test_speed_under_load skips
     this lab: graded here once, not twice)."""
+    RUNS_ALONE = "its reference's speed items are graded under a load of its own"  # grader/tests/run_suite.py
 
     @classmethod
     def setUpClass(cls):

@@ -82,6 +82,7 @@ def report(label: str, tests: list[dict], share: float) -> None:
 
 
 class TestSpeedUnderLoad(helpers.GraderAssertions, unittest.TestCase):
+    RUNS_ALONE = "it grades references' speed items under a load of its own"  # grader/tests/run_suite.py
     def assertReferenceFairUnderLoad(self, run: helpers.GradeRun, nominal: float) -> None:
         self.assertEqual(run.returncode, 0, run.output[-3000:])
         self.assertGradescopeJson(run)

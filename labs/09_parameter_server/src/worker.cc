@@ -65,7 +65,7 @@ int WorkerClient::pull(int key, std::span<float> out) {
   //   return once its reply is here: its values copied into `out`, its version returned.
   //   Never block in MPI_Recv; match only this key's reply from that server (other threads
   //   pull other keys at once). While waiting, keep every server aware that this worker is
-  //   alive (heartbeats, Note [Silent workers]). Past PsOptions::timeout_seconds throw
+  //   alive (heartbeats, Note [Silent workers]). Past 2 * PsOptions::timeout_seconds throw
   //   dtl::TimeoutError naming this worker, its rank, the server, the key and the clock; a
   //   kFailed reply throws StepFailed with its text (handout Task D).
   throw dtl::NotImplemented("WorkerClient::pull");

@@ -92,7 +92,7 @@ namespace dtl::lab09 {
 // handled before its kClock(t): when a server has a worker's clock t + 1, it has
 // all of that worker's step-t gradients. A pull that may not be answered yet is
 // kept (deferred) and answered later, when clocks advance. The worker waits for
-// a reply with a deadline (PsOptions::timeout_seconds), never forever, and
+// a reply with a deadline (2 * PsOptions::timeout_seconds), never forever, and
 // while it waits it sends a kHeartbeat to every server every timeout / 4 seconds
 // (Note [Silent workers]).
 
@@ -174,6 +174,13 @@ namespace dtl::lab09 {
 //     worker and its step, and each live worker's pull throws StepFailed with it.
 // The timeout must exceed the longest step any worker takes (a straggler's
 // too), or a slow worker is taken for a dead one.
+//
+// How long a live worker waits for a reply follows from this: a server may
+// rightly hold its pull until a silent worker is found, which is one timeout
+// after that worker's last message, a moment *before* the pull was sent (by as
+// little as one step). A worker that gave up after one timeout would race the
+// server's verdict, and on a busy machine lose it: both would then be "lost".
+// So pull() waits 2 * timeout_seconds for its answer.
 
 // Note [Checkpoints]
 // ~~~~~~~~~~~~~~~~~~
@@ -223,7 +230,7 @@ struct PsOptions {
   Consistency consistency = Consistency::kBsp;  ///< the consistency model
   int staleness = 0;                       ///< s for kSsp (>= 0); ignored otherwise
   nn::SgdOptions sgd{};                    ///< the servers' optimizer (per key)
-  double timeout_seconds = 10.0;           ///< silence that makes a worker lost; the worker's wait for a reply
+  double timeout_seconds = 10.0;           ///< silence that makes a worker lost; a worker waits twice this for a reply
 };
 
 /// @brief The parameter server's communicator, roles and key ranges: one per run,
@@ -521,7 +528,7 @@ class WorkerClient {
   /// While it waits it sends a kHeartbeat to every server every timeout / 4 seconds.
   /// @throws dtl::InvalidArgument naming `key` or `out`; StepFailed if the server answers
   ///         kFailed (its text); dtl::TimeoutError naming the server, key and clock after
-  ///         PsOptions::timeout_seconds without an answer.
+  ///         2 * PsOptions::timeout_seconds without an answer (Note [Silent workers]).
   int pull(int key, std::span<float> out);
   /// @brief Ends the current step: kClock to every server, then clock() + 1.
   void clock();

@@ -1,0 +1,168 @@
+"""Runs the grader's own tests, one test class per process, several at once
+where the cores allow, and says how long each took.
+
+    python3 grader/tests/run_suite.py [--jobs N] [--times FILE] [test_module ...]
+
+Most test classes grade a whole lab once (in setUpClass), and a grading spends
+much of its time waiting: for a deadlock's timeout, a hidden test's silent
+worker, a sandbox to start. Running two at once on a 2-core machine fills those
+waits. A class that measures speed (it grades a reference's speed items and
+expects full marks, or a slow submission's and expects a loss) must not share
+the machine, so it says so with `RUNS_ALONE = "why"` (on the class, or on its
+module for all of them); it runs with nothing beside it, after the others.
+
+With --times FILE the durations of the last run are read from FILE and written
+back: the longest classes start first, so the last to finish is a short one.
+Exit status 0 only if every class passed; the failed ones are named at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+# A module still running after this long is stopped and counted as failed: every
+# grading inside has its own, shorter limit (helpers.GRADE_TIMEOUT), so this
+# only catches a test that hangs outside them.
+MODULE_LIMIT = 40 * 60
+sys.path.insert(0, str(ROOT))  # grader.tests.* by name
+
+
+@dataclass
+class Module:
+    name: str                       # test_deadlock.TestDeadlock: a test class, run in its own process
+    alone: str | None               # why it runs alone, or None
+    expected: float = 60.0          # seconds, from the last run (--times) or a guess
+    seconds: float = 0.0
+    returncode: int | None = None
+    log: str = ""
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def test_classes(names: list[str]) -> list[tuple[str, type]]:
+    """(module name, class) of every test class unittest's discovery finds in
+    grader/tests, or in the modules `names`: each is run in a process of its own,
+    so nothing discover would run is left out."""
+    loader = unittest.TestLoader()
+    if names:
+        suite = loader.loadTestsFromNames([f"grader.tests.{n.removesuffix('.py')}" for n in names])
+    else:
+        suite = loader.discover(str(HERE), top_level_dir=str(ROOT))
+    if loader.errors:
+        sys.exit("run_suite: a test module does not import:\n" + "\n".join(loader.errors))
+    found: dict[str, tuple[str, type]] = {}
+
+    def walk(s: unittest.TestSuite) -> None:
+        for t in s:
+            if isinstance(t, unittest.TestSuite):
+                walk(t)
+            else:
+                cls = type(t)
+                found.setdefault(f"{cls.__module__}.{cls.__qualname__}", (cls.__module__.rsplit(".", 1)[-1], cls))
+    walk(suite)
+    return [found[k] for k in sorted(found)]
+
+
+def discover(names: list[str], times: dict[str, float]) -> list[Module]:
+    """One Module per test class; RUNS_ALONE on the class, or on its module, marks it."""
+    units = []
+    for module, cls in test_classes(names):
+        name = f"{module}.{cls.__qualname__}"
+        alone = getattr(cls, "RUNS_ALONE", None) or getattr(sys.modules[cls.__module__], "RUNS_ALONE", None)
+        units.append(Module(name, alone, times.get(name, 60.0)))
+    return units
+
+
+def run_module(m: Module) -> None:
+    start = time.monotonic()
+    with tempfile.TemporaryFile(mode="w+", errors="replace") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "unittest", "-v", f"grader.tests.{m.name}"], cwd=ROOT,
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        try:
+            m.returncode = proc.wait(timeout=MODULE_LIMIT)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            m.returncode = -9
+            log.write(f"\nrun_suite: {m.name} still running after {MODULE_LIMIT} s: stopped\n")
+        log.seek(0)
+        m.log = log.read()
+    m.seconds = time.monotonic() - start
+    m.done.set()
+
+
+def report(m: Module, lock: threading.Lock) -> None:
+    verdict = "ok" if m.returncode == 0 else f"FAILED (exit {m.returncode})"
+    with lock:
+        print(f"== {m.name}: {verdict}, {m.seconds:.0f} s{' (alone: ' + m.alone + ')' if m.alone else ''}",
+              flush=True)
+        print(m.log.rstrip(), flush=True)
+
+
+def run(modules: list[Module], jobs: int) -> None:
+    """Shared modules, longest first, `jobs` at a time; then each alone module by itself."""
+    lock = threading.Lock()
+    shared = sorted((m for m in modules if not m.alone), key=lambda m: -m.expected)
+    alone = sorted((m for m in modules if m.alone), key=lambda m: -m.expected)
+    slots = threading.Semaphore(max(1, jobs))
+
+    def one(m: Module) -> None:
+        try:
+            run_module(m)
+            report(m, lock)
+        finally:
+            slots.release()
+
+    threads = []
+    for m in shared:
+        slots.acquire()
+        t = threading.Thread(target=one, args=(m,))
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join()
+    for m in alone:
+        slots.acquire()
+        one(m)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("modules", nargs="*", help="test modules to run (default: every grader/tests/test_*.py)")
+    ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
+                    help="modules run at once, besides those that run alone (default: the usable CPUs)")
+    ap.add_argument("--times", type=Path, help="a JSON file of each module's last duration: read, then rewritten")
+    args = ap.parse_args(argv)
+    times = json.loads(args.times.read_text()) if args.times and args.times.is_file() else {}
+    modules = discover(args.modules, times)
+    start = time.monotonic()
+    run(modules, args.jobs)
+    wall = time.monotonic() - start
+    if args.times:
+        times.update({m.name: round(m.seconds, 1) for m in modules})
+        args.times.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
+    print("\n== grader tests: seconds per module (alone = with nothing beside it)")
+    for m in sorted(modules, key=lambda m: -m.seconds):
+        print(f"  {m.seconds:7.0f}  {m.name}{'  alone' if m.alone else ''}{'' if m.returncode == 0 else '  FAILED'}")
+    failed = [m.name for m in modules if m.returncode != 0]
+    print(f"  {wall:7.0f}  in all ({len(modules)} modules, up to {args.jobs} at once)")
+    if failed:
+        print(f"grader tests FAILED: {', '.join(failed)}")
+        return 1
+    print("grader tests: all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
