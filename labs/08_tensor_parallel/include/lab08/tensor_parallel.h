@@ -155,7 +155,7 @@ using lab07::Grid;
 using lab07::make_grid;
 
 /// @brief Sums the partial gradients of parameters used in a sequence-parallel
-/// region over the tensor-parallel group (Note [Sequence parallelism]).
+/// region over the tensor-parallel group (Note [Sequence parallelism], in lab08/parallel_linear.h).
 ///
 /// Collective over `tp`: every rank passes its copies of the same parameters, in the same order.
 /// @param[in] tp the tensor-parallel group.
