@@ -16,7 +16,8 @@
 #   labNN_bench        bench/*_bench.cc against the reference (./dtl bench NN)
 #   labNN_student_bench the same against the student library (./dtl bench NN --student,
 #                      and the grader's performance items)
-# and registers each test binary with ctest once per rank count, named
+# and registers each test binary with ctest once per rank count (dtl_add_mpi_test(),
+# DtlMpiTest.cmake), named
 # labNN_F_test_npR and labNN_F_hidden_npR (labels: labNN, mpi, F, and hidden
 # for the hidden ones). GPU tests go in tests/*_gpu_test.cc: they form their own
 # binary labNN_F_gpu, labelled gpu, registered at GPU_RANKS (default 1 2).
@@ -36,6 +37,7 @@
 # and the grader copies it into its tree (grader/dtlgrade/lab.py,
 # dependency_labs()).
 include_guard(GLOBAL)
+include(DtlMpiTest)  # dtl_add_mpi_test()
 
 set(DTL_HIDDEN_DIR "${PROJECT_SOURCE_DIR}/grader/hidden" CACHE PATH
     "Where hidden tests live (one folder per lab, NN_topic)")
@@ -148,26 +150,16 @@ function(dtl_add_lab)
         set(ranks ${ARG_GPU_RANKS})
         target_link_libraries(${exe} PRIVATE dtl::cuda)
       endif()
-      foreach(np IN LISTS ranks)
-        set(name ${exe}_np${np})
-        add_test(NAME ${name}
-                 COMMAND ${DTL_MPIEXEC} ${DTL_MPIEXEC_FLAGS} -n ${np} $<TARGET_FILE:${exe}>)
-        set(labels ${lab} mpi ${flavor})
-        if(kind STREQUAL "hidden" OR kind STREQUAL "gpu")
-          list(APPEND labels ${kind})
-        endif()
-        set_tests_properties(${name} PROPERTIES
-          LABELS "${labels}" TIMEOUT ${ARG_TIMEOUT} PROCESSORS ${np}
-          ENVIRONMENT "${DTL_MPI_ENV}")
-      endforeach()
+      set(labels ${lab} mpi ${flavor})
+      if(kind STREQUAL "hidden" OR kind STREQUAL "gpu")
+        list(APPEND labels ${kind})
+      endif()
+      dtl_add_mpi_test(${exe} RANKS ${ranks} LABELS ${labels} TIMEOUT ${ARG_TIMEOUT})
       # The refusal itself, at the first count from 1 to 6 that the tests are not written for.
       if(kind STREQUAL "test" AND ARG_SUPPORTED_RANKS)
         foreach(np RANGE 1 6)
           if(NOT np IN_LIST ARG_SUPPORTED_RANKS)
-            add_test(NAME ${exe}_refuses_np${np}
-                     COMMAND ${DTL_MPIEXEC} ${DTL_MPIEXEC_FLAGS} -n ${np} $<TARGET_FILE:${exe}>)
-            set_tests_properties(${exe}_refuses_np${np} PROPERTIES
-              LABELS "${lab};mpi;${flavor}" TIMEOUT 60 PROCESSORS ${np} ENVIRONMENT "${DTL_MPI_ENV}"
+            dtl_add_mpi_test(${exe} NAME ${exe}_refuses RANKS ${np} LABELS ${lab} mpi ${flavor} TIMEOUT 60
               PASS_REGULAR_EXPRESSION "its tests are written for [0-9, or]+ ranks .*not ${np}; run it with -n")
             break()
           endif()

@@ -101,7 +101,7 @@ def foreign_includes(lab: Lab, tree: Path, build_dir: Path) -> list[str]:
     deps = subprocess.run(["ninja", "-C", str(build_dir), "-t", "deps"], capture_output=True, text=True,
                           errors="replace", timeout=120).stdout
     # Every lab whose submitted files this build compiles: the lab and the labs it links.
-    labs = [lab.name, *lab.depends]
+    labs = [each.name for each in lab.with_dependencies]
     allowed = [tree / "harness", tree / "datasets"] + [tree / "labs" / d / sub for d in labs
                                                        for sub in ("include", "src", "given")]
     student_objs = [f"CMakeFiles/dtl_lab{d[:2]}_student.dir/" for d in labs]

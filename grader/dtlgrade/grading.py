@@ -37,7 +37,7 @@ from pathlib import Path
 
 from . import imports, objects, prebuilt, progress, resume
 from .build import build, build_tree, compiler_errors, configure_args, foreign_includes
-from .lab import ROOT, GraderError, Lab, binaries_for, read_toml, skeleton_src
+from .lab import GraderError, Lab, binaries_for, skeleton_src
 from .perf import fit_ranks, not_gradable_here_row, perf_rows, usable_cores
 from .process import confine
 from .report import gradescope_results, print_report, totals, write_summary
@@ -76,12 +76,11 @@ def refused_imports(lab: Lab, tree: Path, build_dir: Path) -> list[tuple[str, im
     the lab's student library and in the dependency labs' (each under its own
     rubric's rules): every submitted file a build compiles."""
     found = [(lab.name, r) for r in imports.check(tree, build_dir, lab.name, lab.imports)]
-    for dep in lab.depends:
-        policy = imports.Policy.from_rubric(read_toml(ROOT / "grader" / "rubrics" / f"{dep[:2]}.toml"))
-        found += [(dep, r) for r in imports.check(tree, build_dir, dep, policy)]
-    for name in [lab.name, *lab.depends]:
-        found += [(name, r) for r in objects.check_objects(tree, build_dir, name)]
-        found += [(name, r) for r in objects.check_assembly(tree, build_dir, name)]
+    for dep in lab.dependencies:
+        found += [(dep.name, r) for r in imports.check(tree, build_dir, dep.name, dep.imports)]
+    for each in lab.with_dependencies:
+        found += [(each.name, r) for r in objects.check_objects(tree, build_dir, each.name)]
+        found += [(each.name, r) for r in objects.check_assembly(tree, build_dir, each.name)]
     return found
 
 

@@ -2,9 +2,10 @@
 
 load_lab() finds labs/NN_topic, reads grader/rubrics/NN.toml and the hidden
 rubrics, and returns a Lab: its rubric items (Item: gtest patterns at rank
-counts, all or nothing), its speed items (PerfItem) and the labs whose library
-it links (dependency_labs()). binaries_for() says which test binaries a grading
-builds. Nothing here builds or runs anything.
+counts, all or nothing), its speed items (PerfItem), its gradable file names
+(Lab.src_names) and the labs whose library it links (Lab.dependencies, each a Lab
+itself; found by dependency_labs()). binaries_for() says which test binaries a
+grading builds. Nothing here builds or runs anything.
 """
 from __future__ import annotations
 
@@ -89,7 +90,9 @@ class Lab:
     items: list[Item]
     perf: list[PerfItem] = field(default_factory=list)
     needs_cuda: bool = False
-    depends: list[str] = field(default_factory=list)  # labs whose library this one links (dependency_labs())
+    # The labs whose library this one links, and theirs in turn (dependency_labs()): lab 04
+    # links lab 03's ring, so grading lab 04 builds, checks and installs lab 03's files too.
+    dependencies: list[Lab] = field(default_factory=list)
     budget: float = 600.0      # seconds for all of the lab's test runs (rubric: budget)
     imports: Policy = field(default_factory=Policy)  # rubric: [[imports.allow]], [[imports.refuse]]
     # What the hidden tests are worth where they are absent: a student repository's rubric
@@ -98,9 +101,17 @@ class Lab:
 
     @property
     def src_names(self) -> list[str]:
-        """The gradable file names: those of the reference, or (in a repository
-        exported to students, without reference/) those of the skeleton."""
-        return src_names_of(self.name)
+        """The gradable file names, relative to src/: those of the reference, or (in a
+        repository exported to students, without reference/) those of the skeleton."""
+        src = ROOT / "reference" / self.name / "src"
+        if not src.is_dir():
+            src = skeleton_src(self.name)
+        return sorted(str(p.relative_to(src)) for p in src.rglob("*") if p.is_file())
+
+    @property
+    def with_dependencies(self) -> list[Lab]:
+        """This lab, then the labs it links: every lab whose submitted files a grading compiles."""
+        return [self, *self.dependencies]
 
 
 def skeleton_src(lab_name: str) -> Path:
@@ -109,14 +120,6 @@ def skeleton_src(lab_name: str) -> Path:
     in grader/skeletons/NN_topic/src (grader/export_student.py) and this returns it."""
     kept = ROOT / "grader" / "skeletons" / lab_name / "src"
     return kept if kept.is_dir() else ROOT / "labs" / lab_name / "src"
-
-
-def src_names_of(lab_name: str) -> list[str]:
-    """The gradable file names of any lab (see Lab.src_names)."""
-    src = ROOT / "reference" / lab_name / "src"
-    if not src.is_dir():
-        src = skeleton_src(lab_name)
-    return sorted(str(p.relative_to(src)) for p in src.rglob("*") if p.is_file())
 
 
 def find_lab(number: str) -> str:
@@ -129,10 +132,11 @@ def find_lab(number: str) -> str:
 
 
 def dependency_labs(lab_name: str) -> list[str]:
-    """The labs whose library lab `lab_name` links: `FLAVORED_LIBS dtl_labNN` in its
-    CMakeLists.txt (cmake/DtlAddLab.cmake), and theirs in turn. Lab 04's ring backend
-    is the student's own lab-03 ring, so grading lab 04 builds lab 03 too, from the
-    same submission when it holds lab 03's files (submission.install_dependencies())."""
+    """The folder names (NN_topic) of the labs whose library lab `lab_name` links:
+    `FLAVORED_LIBS dtl_labNN` in its CMakeLists.txt (cmake/DtlAddLab.cmake), and theirs
+    in turn. Lab 04's ring backend is the student's own lab-03 ring, so grading lab 04
+    builds lab 03 too, from the same submission when it holds lab 03's files
+    (submission.install_dependencies()). load_lab() makes each a Lab (Lab.dependencies)."""
     found: list[str] = []
     todo = [lab_name]
     while todo:
@@ -215,6 +219,8 @@ def load_lab(number: str, hidden_dirs: list[Path]) -> Lab:
         if missing:
             raise GraderError(f"{rubric}: perf item {p.name!r} requires unknown items {missing}")
     return Lab(number=name[:2], name=name, title=data.get("title", name), items=items, perf=perf,
-               needs_cuda=bool(data.get("cuda", False)), depends=dependency_labs(name),
+               needs_cuda=bool(data.get("cuda", False)),
+               # A dependency's own hidden tests are not graded with this lab: none are loaded.
+               dependencies=[load_lab(dep[:2], []) for dep in dependency_labs(name)],
                budget=float(data.get("budget", 600)), imports=Policy.from_rubric(data),
                hidden_points=float(data.get("hidden_points", 0)))

@@ -87,7 +87,7 @@ def _tool_versions(cuda: bool) -> str:
 
 def student_src_dirs(lab: Lab) -> list[str]:
     """The folders of a tree that hold submitted files: labs/NN/src of the lab and the labs it links."""
-    return [f"labs/{name}/src" for name in (lab.name, *lab.depends)]
+    return [f"labs/{each.name}/src" for each in lab.with_dependencies]
 
 
 def course_key(lab: Lab, tree: Path, configure_args: list[str], targets: list[str]) -> str:
@@ -101,7 +101,7 @@ def course_key(lab: Lab, tree: Path, configure_args: list[str], targets: list[st
         if path.is_file() and not any(rel.startswith(s + "/") for s in skip):
             h.update(f"\0{rel}\0{path.stat().st_size}\0".encode())
             h.update(path.read_bytes())
-    for name in (lab.name, *lab.depends):
+    for name in (each.name for each in lab.with_dependencies):
         for path in sorted(skeleton_src(name).rglob("*")):
             if path.is_file():
                 h.update(f"\0skeleton/{name}/{path.relative_to(skeleton_src(name))}\0".encode())
@@ -161,7 +161,7 @@ def student_edges(edges: list[Edge], lab: Lab, reads_src: set[str], wanted: list
     """The edges a grading's build runs for the targets `wanted`: those that depend
     on the student's code (the student libraries' objects, the objects in
     `reads_src`, and whatever is made from them), as far as `wanted` needs them."""
-    markers = [f"/CMakeFiles/dtl_lab{name[:2]}_student.dir/" for name in (lab.name, *lab.depends)]
+    markers = [f"/CMakeFiles/dtl_lab{each.number}_student.dir/" for each in lab.with_dependencies]
     student: set[str] = set(reads_src)
     for e in edges:
         if any(m in "/" + o for o in e.outputs for m in markers):

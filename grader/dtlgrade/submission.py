@@ -14,7 +14,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from .lab import ROOT, GraderError, Lab, skeleton_src, src_names_of
+from .lab import ROOT, GraderError, Lab, skeleton_src
 
 MAX_SOURCE_BYTES = 1 << 20          # a single submitted file larger than this is refused
 
@@ -42,7 +42,7 @@ def copy_pristine_tree(lab: Lab, dest: Path, hidden_dirs: list[Path]) -> None:
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, dest / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    labs = [lab.name] + lab.depends  # the labs this one links are built with it (dependency_labs())
+    labs = [each.name for each in lab.with_dependencies]  # the labs this one links are built with it
     for folder in ("cmake", "harness", "datasets", *[f"{top}/{name}" for name in labs for top in ("labs", "reference")]):
         if (ROOT / folder).is_dir():  # reference/ is absent from a student repository
             # datasets/: the library only (labs 04-07 link it); not its tests or fetched data.
@@ -88,20 +88,20 @@ def install_submission(lab: Lab, source: Path, dest_src: Path, also_used: set[st
     return notes
 
 
-def dependency_sources(dep: str, source: Path, args) -> tuple[Path | None, str]:
+def dependency_sources(dep: Lab, source: Path, args) -> tuple[Path | None, str]:
     """Where the submission's files of dependency lab `dep` are: the reference's for
     --reference, none (the skeleton stays) for --skeleton, your own labs/<dep>/src by
     default, and for --submission DIR the first of DIR/labs/<dep>/src, DIR/<dep>/src,
     and the lab's own source folder that holds at least one of dep's file names."""
     if args.reference:
-        return ROOT / "reference" / dep / "src", "the reference"
+        return ROOT / "reference" / dep.name / "src", "the reference"
     if args.skeleton:
         return None, "the skeleton"
     if args.submission is None:
-        return ROOT / "labs" / dep / "src", f"your labs/{dep}/src"
+        return ROOT / "labs" / dep.name / "src", f"your labs/{dep.name}/src"
     sub = Path(args.submission).resolve()
-    names = src_names_of(dep)
-    for candidate in (sub / "labs" / dep / "src", sub / dep / "src", sub / dep, source):
+    names = dep.src_names
+    for candidate in (sub / "labs" / dep.name / "src", sub / dep.name / "src", sub / dep.name, source):
         if candidate.is_dir() and any((candidate / n).is_file() for n in names):
             return candidate, f"{candidate}"
     return None, "the skeleton"
@@ -111,21 +111,20 @@ def install_dependencies(lab: Lab, source: Path, tree: Path, args) -> list[str]:
     """Copies the submission's files of each dependency lab into the tree (same rules
     as install_submission()); returns notes saying where they came from."""
     notes = []
-    for dep in lab.depends:
+    for dep in lab.dependencies:
         folder, where = dependency_sources(dep, source, args)
         if folder is None:
-            notes.append(f"lab {dep[:2]} (which lab {lab.number} builds on): graded with {where}'s files; "
+            notes.append(f"lab {dep.number} (which lab {lab.number} builds on): graded with {where}'s files; "
                          f"the items that need it fail with NotImplemented")
             continue
-        names = src_names_of(dep)
         missing = []
-        for rel in names:
+        for rel in dep.src_names:
             src = folder / rel
             if src.is_symlink() or not src.is_file() or src.stat().st_size > MAX_SOURCE_BYTES:
                 missing.append(rel)
                 continue
-            shutil.copyfile(src, tree / "labs" / dep / "src" / rel)
-        note = f"lab {dep[:2]} (which lab {lab.number} builds on): files from {where}"
+            shutil.copyfile(src, tree / "labs" / dep.name / "src" / rel)
+        note = f"lab {dep.number} (which lab {lab.number} builds on): files from {where}"
         if missing:
             note += f"; not found there, so the skeleton's: {', '.join(missing)}"
         notes.append(note)
@@ -138,6 +137,6 @@ def make_tree(lab: Lab, source: Path, tree: Path, hidden_dirs: list[Path], args)
     copy_pristine_tree(lab, tree, hidden_dirs)
     # A flat upload may hold a dependency lab's files beside the lab's: not "ignored".
     notes = install_submission(lab, source, tree / "labs" / lab.name / "src",
-                               also_used={n for d in lab.depends for n in src_names_of(d)})
+                               also_used={n for dep in lab.dependencies for n in dep.src_names})
     notes += install_dependencies(lab, source, tree, args)
     return notes

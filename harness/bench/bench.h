@@ -26,6 +26,16 @@ namespace dtl::bench {
 /// @return a duplicate of MPI_COMM_WORLD, valid while benchmarks run.
 const Comm& comm();
 
+/// @brief The first `n` ranks of comm() as a communicator of their own, for a row that
+/// runs on fewer ranks than the benchmark (a pipeline of P stages, a tensor group of T).
+///
+/// Collective over comm(): every rank calls it, with the same `n`.
+/// @param[in] n how many ranks, from rank 0.
+/// @return the communicator on ranks [0, n) (rank order kept); an empty Comm
+///         (MPI_COMM_NULL) on the others, which then sit the row out.
+/// @throws MpiError if MPI_Comm_split fails.
+Comm first_ranks(int n);
+
 /// @brief Collects paired samples for one row.
 class PairedTimer {
  public:

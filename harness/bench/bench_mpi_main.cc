@@ -136,6 +136,15 @@ class NullReporter : public benchmark::BenchmarkReporter {
 
 const Comm& comm() { return *g_comm; }
 
+Comm first_ranks(int n) {
+  MPI_Comm raw = MPI_COMM_NULL;
+  DTL_MPI_CHECK(MPI_Comm_split(comm(), comm().rank() < n ? 0 : MPI_UNDEFINED, comm().rank(), &raw));
+  if (raw == MPI_COMM_NULL) return Comm();
+  Comm owned(raw);  // a duplicate with MPI_ERRORS_RETURN, like every Comm
+  MPI_Comm_free(&raw);
+  return owned;
+}
+
 double median(std::vector<double> values) {
   if (values.empty()) return 0.0;
   const std::size_t mid = values.size() / 2;

@@ -147,21 +147,9 @@ const char* schedule_name(Schedule s) {
   return s == Schedule::kNaive ? "naive" : s == Schedule::kGPipe ? "gpipe" : "1f1b";
 }
 
-// The first P ranks of the world, as the pipeline (the others get MPI_COMM_NULL).
-struct SubComm {
-  MPI_Comm comm = MPI_COMM_NULL;
-  explicit SubComm(int stages) {
-    const int rank = dtl::bench::comm().rank();
-    DTL_MPI_CHECK(MPI_Comm_split(dtl::bench::comm(), rank < stages ? 0 : MPI_UNDEFINED, rank, &comm));
-  }
-  ~SubComm() {
-    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
-  }
-};
-
 /// One pipeline of `stages` ranks: its stage, batch and schedule.
 struct Pipeline {
-  std::unique_ptr<SubComm> sub;
+  dtl::Comm sub;  // the first P ranks of the world, as the pipeline (empty on the others)
   std::unique_ptr<lab07::PipelineStage> stage;
   std::vector<lab07::Action> schedule;
   Batch batch;
@@ -169,8 +157,8 @@ struct Pipeline {
 
   Pipeline(const std::string& kind, int stages_, Schedule sched, int m, bool checkpoint = false,
            dtl::Timeline* timeline = nullptr)
-      : sub(std::make_unique<SubComm>(stages_)), stages(stages_) {
-    if (sub->comm == MPI_COMM_NULL) return;
+      : sub(dtl::bench::first_ranks(stages_)), stages(stages_) {
+    if (sub.get() == MPI_COMM_NULL) return;
     const int s = comm().rank();
     nn::Model whole = kind == "real" ? real_model() : emulated_model(stages, kind == "link");
     batch = make_batch(kind == "real" ? 64 : 16);
@@ -190,7 +178,7 @@ struct Pipeline {
     options.micro_batches = m;
     options.checkpoint = checkpoint;
     options.timeline = timeline;
-    stage = std::make_unique<lab07::PipelineStage>(sub->comm, std::move(whole).slice(st.begin, st.end), st, options);
+    stage = std::make_unique<lab07::PipelineStage>(sub, std::move(whole).slice(st.begin, st.end), st, options);
     schedule = sched == Schedule::kOneFOneB ? lab07::one_f_one_b_schedule(stages, s, m)
                                             : lab07::gpipe_schedule(stages, s, m);
   }

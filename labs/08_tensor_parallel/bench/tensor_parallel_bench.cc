@@ -58,23 +58,9 @@ constexpr int kLayers = 2;
 
 std::string backend_of(const std::string& link) { return link == "mpi" ? "mpi-thread" : "emulated:" + link; }
 
-// The first T ranks of the world (the others get MPI_COMM_NULL).
-struct SubComm {
-  MPI_Comm comm = MPI_COMM_NULL;
-  explicit SubComm(int size) {
-    const int rank = dtl::bench::comm().rank();
-    DTL_MPI_CHECK(MPI_Comm_split(dtl::bench::comm(), rank < size ? 0 : MPI_UNDEFINED, rank, &comm));
-  }
-  ~SubComm() {
-    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
-  }
-  SubComm(const SubComm&) = delete;
-  SubComm& operator=(const SubComm&) = delete;
-};
-
 /// One tensor-parallel GPT on the first T ranks, its loss and a batch.
 struct TpGpt {
-  SubComm sub;
+  dtl::Comm sub;  // the first T ranks of the world (empty on the others)
   std::unique_ptr<dtl::Communicator> backend;
   std::unique_ptr<dtl::testing::RecordingCommunicator> record;
   nn::Model model{nn::DType::kF32};
@@ -82,12 +68,12 @@ struct TpGpt {
   nn::Tensor x, y;
   std::int64_t param_bytes = 0;
 
-  TpGpt(int T, const std::string& link) : sub(T) {
-    if (sub.comm == MPI_COMM_NULL) return;
+  TpGpt(int T, const std::string& link) : sub(dtl::bench::first_ranks(T)) {
+    if (sub.get() == MPI_COMM_NULL) return;
     if (link == "polling") {  // the graded row's backend (See Note [The graded row])
-      backend = std::make_unique<dtl::MpiCommunicator>(sub.comm, dtl::MpiMode::kPolling);
+      backend = std::make_unique<dtl::MpiCommunicator>(sub, dtl::MpiMode::kPolling);
     } else {
-      backend = dtl::make_backend(backend_of(link), sub.comm, {}, "mpi-thread", "mpi-thread, emulated:LINK");
+      backend = dtl::make_backend(backend_of(link), sub, {}, "mpi-thread", "mpi-thread, emulated:LINK");
     }
     record = std::make_unique<dtl::testing::RecordingCommunicator>(*backend);
     const std::int64_t before = nn::memory_tracker().current(nn::MemoryCategory::kParameters);

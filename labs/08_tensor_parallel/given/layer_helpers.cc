@@ -7,6 +7,9 @@
 #include <vector>
 
 #include "harness/nn/layer_util.h"
+#include "lab08/blocks.h"
+#include "lab08/parallel_linear.h"
+#include "lab08/vocab_parallel.h"
 
 namespace dtl::lab08 {
 

@@ -11,7 +11,7 @@
 
 #include "harness/error.h"
 #include "harness/random.h"
-#include "lab08/tensor_parallel.h"
+#include "lab08/parallel_linear.h"
 
 namespace dtl::lab08 {
 

@@ -3,7 +3,7 @@
 // What this file teaches: where the communication of tensor parallelism goes.
 // Each layer keeps its slice of the full weight in an nn::Linear of its own
 // (the GEMMs are the harness's) and adds exactly one collective in exactly one
-// direction: See Note [f and g] in lab08/tensor_parallel.h.
+// direction: See Note [f and g] in lab08/parallel_linear.h.
 //
 //                         forward                 backward
 //     ColumnParallel      -                       allreduce dx       (f)
@@ -19,7 +19,7 @@
 #include <utility>
 
 #include "harness/nn/layer_util.h"
-#include "lab08/tensor_parallel.h"
+#include "lab08/parallel_linear.h"
 #include "layer_helpers.h"
 
 namespace dtl::lab08 {

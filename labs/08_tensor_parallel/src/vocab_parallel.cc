@@ -15,7 +15,8 @@
 #include <vector>
 
 #include "harness/nn/layer_util.h"
-#include "lab08/tensor_parallel.h"
+#include "lab08/parallel_linear.h"
+#include "lab08/vocab_parallel.h"
 
 namespace dtl::lab08 {
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "harness/nn/layer_util.h"
-#include "lab08/tensor_parallel.h"
+#include "lab08/blocks.h"
 #include "layer_helpers.h"
 
 namespace dtl::lab08 {
