@@ -19,6 +19,9 @@ namespace dtl::nn {
 /// @brief y = x W^T + b. x is (N..., in), W is (out, in), b is (out), y is (N..., out).
 ///
 /// Costs 2*N*in*out flops forward and twice that backward (dW and dx).
+/// On the GPU, a Linear whose bias a GELU took over (GELU::fuse_bias_of, done by
+/// make_mlp_block) outputs x W^T only and leaves the bias and its gradient to that
+/// GELU; on the CPU it always adds its bias itself.
 class Linear : public Layer {
  public:
   /// @brief A Linear layer with freshly initialized weights and zero bias.
