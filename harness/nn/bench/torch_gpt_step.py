@@ -138,7 +138,7 @@ def torch_rows(vocab, batch, context, channels, heads, layers, steps, warmup):
             if i >= warmup:
                 times.append(time.perf_counter() - start)
         rows.append((label, statistics.median(times) * 1e3, float(torch.cuda.max_memory_allocated())))
-        del model, opt
+        del model, opt, x, y, logits, loss  # nothing of this row counts in the next one
         torch.cuda.empty_cache()
     return rows
 
