@@ -26,6 +26,7 @@
 #include "harness/nn/kernels/elementwise_math.cuh"
 #include "harness/nn/kernels/optim_math.cuh"
 #include "harness/nn/kernels/row_math.cuh"
+#include "harness/error.h"
 #include "harness/nn/layers.h"
 #include "harness/nn/optim.h"
 #include "harness/random.h"
@@ -122,6 +123,32 @@ TEST(KernelsHost, FusedBiasGeluMatchesLinearThenGelu) {
   }
   for (std::int64_t j = 0; j < out; ++j) {
     ASSERT_TRUE(near(db[static_cast<std::size_t>(j)], fc.bias().grad.data<float>()[j], 1e-5, "db", j));
+  }
+}
+
+// The link itself: refused without a bias, and on the CPU a linked pair computes
+// exactly what an unlinked one does (the fusion is the GPU's only).
+TEST(KernelsHost, FuseBiasOfNeedsABiasAndLeavesTheCpuUnfused) {
+  Rng rng(1);
+  Linear no_bias("nb", 3, 4, DType::kF32, rng, 0.0, /*bias=*/false);
+  GELU act("act");
+  EXPECT_THROW(act.fuse_bias_of(no_bias), InvalidArgument);
+  Rng a(2), b(2);
+  Linear fc_plain("fc", 5, 6, DType::kF32, a, 0.5), fc_linked("fc", 5, 6, DType::kF32, b, 0.5);
+  GELU gelu_plain("act"), gelu_linked("act");
+  gelu_linked.fuse_bias_of(fc_linked);
+  const Tensor bias = random_f32({6}, 3);
+  fc_plain.bias().value.copy_from(bias);
+  fc_linked.bias().value.copy_from(bias);
+  const Tensor x = random_f32({7, 5}, 4), dg = random_f32({7, 6}, 5);
+  const Tensor& g_plain = gelu_plain.forward(fc_plain.forward(x));
+  const Tensor& g_linked = gelu_linked.forward(fc_linked.forward(x));
+  const Tensor& dx_plain = fc_plain.backward(gelu_plain.backward(dg, {}), {});
+  const Tensor& dx_linked = fc_linked.backward(gelu_linked.backward(dg, {}), {});
+  for (std::int64_t i = 0; i < g_plain.numel(); ++i) ASSERT_EQ(g_plain.data<float>()[i], g_linked.data<float>()[i]);
+  for (std::int64_t i = 0; i < dx_plain.numel(); ++i) ASSERT_EQ(dx_plain.data<float>()[i], dx_linked.data<float>()[i]);
+  for (std::int64_t j = 0; j < 6; ++j) {
+    ASSERT_EQ(fc_plain.bias().grad.data<float>()[j], fc_linked.bias().grad.data<float>()[j]);
   }
 }
 
