@@ -35,7 +35,6 @@
 #include <string>
 
 #include "harness/cuda/device.h"
-#include "harness/error.h"
 #include "harness/nn/cuda_ops.h"
 #endif
 
