@@ -5,13 +5,12 @@
 
 #include <cublas_v2.h>
 #include <dlfcn.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <string>
 
 #include "harness/cuda/check.h"
 #include "harness/error.h"
+#include "harness/nn/kernels/half_math.cuh"
 
 namespace dtl::nn::cuda {
 
@@ -29,15 +28,22 @@ int blocks_for(std::int64_t count) {
 // libcublas made each of those processes map and relocate cuBLAS and cuBLASLt
 // at start: about 210 MB more resident memory and 0.3 s per process (measured
 // 2026-11-27 on the CI machine), times 4 to 6 ranks per test. So cuBLAS is
-// opened with dlopen the first time a GEMM runs on the GPU, and the five
+// opened with dlopen the first time a GEMM runs on the GPU, and the six
 // functions used here are looked up by name; a process that never runs a GPU
 // GEMM never loads it. The library is found like any other (LD_LIBRARY_PATH,
 // the binary's run path), then in the toolkit this was built with.
+// cublasGemmEx is overloaded in C++ (an inline wrapper takes the old cudaDataType
+// compute type): the pointer type of the library's own function, spelled out.
+using GemmExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                                    const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                                    cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+
 struct Cublas {
   decltype(&cublasCreate) create;
   decltype(&cublasSetStream) set_stream;
   decltype(&cublasSgemm) sgemm;
   decltype(&cublasSgemmStridedBatched) sgemm_strided_batched;
+  GemmExFn gemm_ex;
   decltype(&cublasGetStatusString) status_string;
 };
 
@@ -63,6 +69,7 @@ const Cublas& cublas() {
                   symbol<decltype(&cublasSetStream)>(lib, "cublasSetStream_v2"),
                   symbol<decltype(&cublasSgemm)>(lib, "cublasSgemm_v2"),
                   symbol<decltype(&cublasSgemmStridedBatched)>(lib, "cublasSgemmStridedBatched"),
+                  symbol<GemmExFn>(lib, "cublasGemmEx"),
                   symbol<decltype(&cublasGetStatusString)>(lib, "cublasGetStatusString")};
   }();
   return api;
@@ -133,13 +140,49 @@ __global__ void gelu_backward_kernel(float* dx, const float* x, const float* dy,
 
 __global__ void float_to_f16_kernel(std::uint16_t* out, const float* in, std::int64_t count) {
   for (std::int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
-    out[i] = __half_as_ushort(__float2half_rn(in[i]));
+    out[i] = kernels::f32_to_f16_rne(in[i]);
   }
 }
 
 __global__ void float_to_bf16_kernel(std::uint16_t* out, const float* in, std::int64_t count) {
   for (std::int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
-    out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(in[i]));
+    out[i] = kernels::f32_to_bf16_rne(in[i]);
+  }
+}
+
+__global__ void half_sum_kernel(int kind, const std::uint16_t* in, std::uint16_t* inout, std::int64_t count) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    inout[i] = kernels::half_sum(kind, inout[i], in[i]);
+  }
+}
+
+// Each thread remembers whether it saw an inf or NaN and writes the flag once, at
+// the end: a plain store of 1 from any number of threads is a benign race (all
+// write the same value), no atomics needed.
+__global__ void unscale_16_kernel(int kind, float* out, const std::uint16_t* grads, float inv_scale,
+                                  std::int64_t count, int* found_inf) {
+  bool found = false;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float v = kernels::unscale16(kind, grads[i], inv_scale);
+    out[i] = v;
+    found = found || !isfinite(v);
+  }
+  if (found) *found_inf = 1;
+}
+
+int half_kind(DType dtype, const char* function) {
+  DTL_REQUIRE_ARG(dtype == DType::kF16 || dtype == DType::kBF16, function, "dtype",
+                  std::string("is ") + dtype_name(dtype) + "; only f16 and bf16 are 16-bit floats");
+  return dtype == DType::kF16 ? kernels::kF16Kind : kernels::kBF16Kind;
+}
+
+cudaDataType cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF16: return CUDA_R_16F;
+    case DType::kBF16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
   }
 }
 
@@ -171,6 +214,38 @@ void gemm_strided_batched(bool trans_a, bool trans_b, std::int64_t m, std::int64
                                          static_cast<int>(lda), stride_a, &beta, c, static_cast<int>(ldc), stride_c,
                                          static_cast<int>(batch)),
                "cublasSgemmStridedBatched");
+}
+
+void gemm_16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const void* a,
+             std::int64_t lda, const void* b, std::int64_t ldb, DType ab_dtype, float beta, void* c, std::int64_t ldc,
+             DType c_dtype, cudaStream_t stream) {
+  half_kind(ab_dtype, "gemm_16");
+  DTL_REQUIRE_ARG(c_dtype == DType::kF32 || c_dtype == ab_dtype, "gemm_16", "c_dtype",
+                  std::string("is ") + dtype_name(c_dtype) + "; C is f32 or " + dtype_name(ab_dtype) + " like A and B");
+  if (m == 0 || n == 0) return;
+  cublas_check(cublas().set_stream(handle(), stream), "cublasSetStream");
+  // The operand swap of gemm(); alpha and beta are floats because the compute type is fp32.
+  cublas_check(cublas().gemm_ex(handle(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b,
+                                cuda_type(ab_dtype), static_cast<int>(ldb), a, cuda_type(ab_dtype),
+                                static_cast<int>(lda), &beta, c, cuda_type(c_dtype), static_cast<int>(ldc),
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx");
+}
+
+void half_sum(DType dtype, const std::uint16_t* in, std::uint16_t* inout, std::int64_t count, cudaStream_t stream) {
+  const int kind = half_kind(dtype, "half_sum");
+  if (count == 0) return;
+  half_sum_kernel<<<blocks_for(count), kThreads, 0, stream>>>(kind, in, inout, count);
+  DTL_CUDA_CHECK_LAUNCH();
+}
+
+void unscale_16(DType dtype, float* out, const std::uint16_t* grads, float inv_scale, std::int64_t count,
+                int* found_inf, cudaStream_t stream) {
+  const int kind = half_kind(dtype, "unscale_16");
+  if (count == 0) return;
+  unscale_16_kernel<<<blocks_for(count), kThreads, 0, stream>>>(kind, out, grads, inv_scale, count, found_inf);
+  DTL_CUDA_CHECK_LAUNCH();
 }
 
 void add_bias(float* y, const float* bias, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {

@@ -124,8 +124,9 @@ const Tensor& Linear::forward(const Tensor& x) {
   dispatch("Linear::forward", {{"x", x}, {"weight", weight_.value}, {"bias", bias_.value}}, x.dtype(),
            [&](auto on, auto zero) {
              using T = decltype(zero);
+             const bool add_bias = has_bias_ && !(bias_to_gelu_ && fuses_bias_gelu(decltype(on){}));
              linear_forward(on, cache.y.data<T>(), x.data<T>(), weight_.value.data<T>(),
-                            has_bias_ ? bias_.value.data<T>() : nullptr, n, in_, out_);
+                            add_bias ? bias_.value.data<T>() : nullptr, n, in_, out_);
            });
   return cache.y;
 }
@@ -142,8 +143,11 @@ const Tensor& Linear::backward(const Tensor& dy, const GradReadyFn& grad_ready) 
              // them at once, so a bucket can start its allreduce while dx is computed.
              // (On the GPU "final" means queued on the compute stream: see Note
              // [The compute stream] in compute_stream.h.)
+             // A bias fused into the next GELU got its gradient there, already queued.
              if (has_bias_) {
-               linear_backward_bias(on, bias_.grad.data<T>(), dy.data<T>(), n, out_);
+               if (!(bias_to_gelu_ && fuses_bias_gelu(decltype(on){}))) {
+                 linear_backward_bias(on, bias_.grad.data<T>(), dy.data<T>(), n, out_);
+               }
                notify(grad_ready, bias_);
              }
              linear_backward_weight(on, weight_.grad.data<T>(), dy.data<T>(), cache.x.data<T>(), n, in_, out_);
@@ -180,13 +184,32 @@ const Tensor& ReLU::backward(const Tensor& dy, const GradReadyFn& /*grad_ready*/
   return cache.dx;
 }
 
+void GELU::fuse_bias_of(Linear& linear) {
+  DTL_REQUIRE_ARG(linear.has_bias_, (name_ + ".fuse_bias_of").c_str(), "linear",
+                  "'" + linear.name() + "' has no bias to fuse");
+  linear.bias_to_gelu_ = true;
+  bias_ = &linear.bias_;
+}
+
+// With a fused bias (on the GPU only: fuses_bias_gelu), x is the Linear's x W^T and
+// the bias is added here; see Note [Fused bias + GELU] in kernels/bias_gelu.cu.
 const Tensor& GELU::forward(const Tensor& x) {
   require_input(x, x.dtype(), -1, name_, "x");
   Cache& cache = caches_.at(slot_);
   cache.x = x;
   ensure(cache.y, x.shape(), x.dtype(), x.device());
-  dispatch("GELU::forward", {{"x", x}}, x.dtype(), [&](auto on, auto zero) {
+  const Tensor bias = bias_ != nullptr ? bias_->value : Tensor();
+  dispatch("GELU::forward", {{"x", x}, {"bias", bias}}, x.dtype(), [&](auto on, auto zero) {
     using T = decltype(zero);
+    if constexpr (fuses_bias_gelu(decltype(on){})) {
+      if (bias_ != nullptr) {
+        const std::int64_t cols = bias.numel();
+        DTL_REQUIRE_ARG(x.dim(-1) == cols, (name_ + ".forward").c_str(), "x",
+                        "is " + to_string(x.shape()) + ", but the fused bias has " + std::to_string(cols));
+        bias_gelu_forward(on, cache.y.data<T>(), x.data<T>(), bias.data<T>(), x.numel() / cols, cols);
+        return;
+      }
+    }
     gelu_forward(on, cache.y.data<T>(), x.data<T>(), x.numel());
   });
   return cache.y;
@@ -196,10 +219,21 @@ const Tensor& GELU::backward(const Tensor& dy, const GradReadyFn& /*grad_ready*/
   Cache& cache = caches_.at(slot_);
   require_grad(dy, cache.y, name_);
   ensure(cache.dx, dy.shape(), dy.dtype(), dy.device());
-  dispatch("GELU::backward", {{"dy", dy}, {"x", cache.x}}, dy.dtype(), [&](auto on, auto zero) {
-    using T = decltype(zero);
-    gelu_backward(on, cache.dx.data<T>(), cache.x.data<T>(), dy.data<T>(), dy.numel());
-  });
+  const Tensor bias = bias_ != nullptr ? bias_->value : Tensor();
+  const Tensor bias_grad = bias_ != nullptr ? bias_->grad : Tensor();
+  dispatch("GELU::backward", {{"dy", dy}, {"x", cache.x}, {"bias", bias}, {"bias.grad", bias_grad}}, dy.dtype(),
+           [&](auto on, auto zero) {
+             using T = decltype(zero);
+             if constexpr (fuses_bias_gelu(decltype(on){})) {
+               if (bias_ != nullptr) {
+                 const std::int64_t cols = bias.numel();
+                 bias_gelu_backward(on, cache.dx.data<T>(), bias_grad.data<T>(), cache.x.data<T>(), bias.data<T>(),
+                                    dy.data<T>(), dy.numel() / cols, cols);
+                 return;
+               }
+             }
+             gelu_backward(on, cache.dx.data<T>(), cache.x.data<T>(), dy.data<T>(), dy.numel());
+           });
   return cache.dx;
 }
 

@@ -19,6 +19,9 @@ namespace dtl::nn {
 /// @brief y = x W^T + b. x is (N..., in), W is (out, in), b is (out), y is (N..., out).
 ///
 /// Costs 2*N*in*out flops forward and twice that backward (dW and dx).
+/// On the GPU, a Linear whose bias a GELU took over (GELU::fuse_bias_of, done by
+/// make_mlp_block) outputs x W^T only and leaves the bias and its gradient to that
+/// GELU; on the CPU it always adds its bias itself.
 class Linear : public Layer {
  public:
   /// @brief A Linear layer with freshly initialized weights and zero bias.
@@ -63,11 +66,15 @@ class Linear : public Layer {
   Parameter& bias() noexcept { return bias_; }
 
  private:
+  friend class GELU;  // GELU::fuse_bias_of sets bias_to_gelu_
   struct Cache {
     Tensor x, y, dx;
   };
   std::int64_t in_, out_;
   bool has_bias_;
+  // On the GPU the bias (value and gradient) is the next GELU's business: See
+  // Note [Fused bias + GELU] in kernels/bias_gelu.cu. The CPU ignores it.
+  bool bias_to_gelu_ = false;
   Parameter weight_, bias_;
   SlotCaches<Cache> caches_;
 };
@@ -134,12 +141,23 @@ class GELU : public Layer {
   /// @brief Frees the caches of one slot.
   /// @param[in] slot the slot.
   void release_slot(int slot) override { caches_.release(slot); }
+  /// @brief Takes over the bias of `linear`, the layer right before this one, on the GPU:
+  /// there `linear` computes x W^T only, this layer computes gelu(. + b) in the same pass
+  /// and, backward, adds the bias gradient (Note [Fused bias + GELU] in
+  /// kernels/bias_gelu.cu). The result is the same function as the two layers unfused;
+  /// the parameters stay `linear`'s (its bias is still announced by its backward). On
+  /// the CPU nothing changes. make_mlp_block links its Linear and GELU this way.
+  /// @param[in,out] linear must have a bias and outlive this layer; its forward must be
+  ///            this layer's input.
+  /// @throws dtl::InvalidArgument if `linear` has no bias.
+  void fuse_bias_of(Linear& linear);
 
  private:
   struct Cache {
     Tensor x, y, dx;
   };
   SlotCaches<Cache> caches_;
+  Parameter* bias_ = nullptr;  // the fused Linear's bias, or null
 };
 
 }  // namespace dtl::nn

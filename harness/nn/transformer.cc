@@ -212,11 +212,16 @@ std::unique_ptr<Layer> make_mlp_block(const std::string& name, std::int64_t chan
                                       double proj_std) {
   std::vector<std::unique_ptr<Layer>> layers;
   layers.push_back(std::make_unique<LayerNorm>(name + ".ln", channels, dtype));
-  layers.push_back(std::make_unique<Linear>(name + ".fc", channels, hidden, dtype, rng, init_std));
+  auto fc = std::make_unique<Linear>(name + ".fc", channels, hidden, dtype, rng, init_std);
+  Linear& fc_ref = *fc;
+  layers.push_back(std::move(fc));
   if (activation == Activation::kReLU) {
     layers.push_back(std::make_unique<ReLU>(name + ".act"));
   } else {
-    layers.push_back(std::make_unique<GELU>(name + ".act"));
+    // On the GPU the bias goes into the GELU's pass: Note [Fused bias + GELU] in kernels/bias_gelu.cu.
+    auto act = std::make_unique<GELU>(name + ".act");
+    act->fuse_bias_of(fc_ref);
+    layers.push_back(std::move(act));
   }
   layers.push_back(std::make_unique<Linear>(name + ".proj", hidden, channels, dtype, rng, proj_std));
   return std::make_unique<Residual>(name, std::make_unique<Sequential>(name + ".mlp", std::move(layers)));

@@ -63,6 +63,23 @@ void gelu_backward(OnCuda on, float* dx, const float* x, const float* dy, std::i
 void add(OnCuda on, float* y, const float* a, const float* b, std::int64_t count);
 
 // ---------------------------------------------------------------------------
+// bias_gelu.cu: Linear's bias and GELU fused (Note [Fused bias + GELU] there)
+// ---------------------------------------------------------------------------
+
+/// @brief Whether a Linear followed by a GELU leaves its bias to the GELU (Note
+/// [Fused bias + GELU] in kernels/bias_gelu.cu): on the GPU, yes; on the CPU the two
+/// layers run unfused, as they always have.
+constexpr bool fuses_bias_gelu(OnCpu) { return false; }
+/// @copydoc fuses_bias_gelu(OnCpu)
+constexpr bool fuses_bias_gelu(OnCuda) { return true; }
+
+/// @brief g (rows, cols) = gelu(y + b): y the Linear's output without its bias, b (cols).
+void bias_gelu_forward(OnCuda on, float* g, const float* y, const float* b, std::int64_t rows, std::int64_t cols);
+/// @brief dh (rows, cols) = gelu'(y + b) dg; db (cols) += sum over the rows of dh, in row order.
+void bias_gelu_backward(OnCuda on, float* dh, float* db, const float* y, const float* b, const float* dg,
+                        std::int64_t rows, std::int64_t cols);
+
+// ---------------------------------------------------------------------------
 // layernorm.cu: one warp per row
 // ---------------------------------------------------------------------------
 

@@ -22,9 +22,11 @@
 #include <vector>
 
 #include "harness/nn/kernels/attention_math.cuh"
+#include "harness/nn/kernels/bias_gelu_math.cuh"
 #include "harness/nn/kernels/elementwise_math.cuh"
 #include "harness/nn/kernels/optim_math.cuh"
 #include "harness/nn/kernels/row_math.cuh"
+#include "harness/error.h"
 #include "harness/nn/layers.h"
 #include "harness/nn/optim.h"
 #include "harness/random.h"
@@ -33,7 +35,6 @@
 #include <string>
 
 #include "harness/cuda/device.h"
-#include "harness/error.h"
 #include "harness/nn/cuda_ops.h"
 #endif
 
@@ -75,6 +76,95 @@ TEST(KernelsHost, ActivationsMatchTheCpuLayers) {
     ASSERT_EQ(kernels::relu_backward(v, g), dx_relu.data<float>()[i]) << i;
     ASSERT_TRUE(near(kernels::gelu(v), y_gelu.data<float>()[i], 1e-6, "gelu", i));
     ASSERT_TRUE(near(kernels::gelu_backward(v, g), dx_gelu.data<float>()[i], 1e-6, "gelu'", i));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Fused bias + GELU: against the unfused CPU layers (Linear with its bias, GELU)
+// ---------------------------------------------------------------------------
+
+// The kernels get the Linear's x W^T without the bias: a bias-less Linear with the
+// same weights gives it. Forward: one float addition and gelu per element, as the
+// CPU (whose GEMM adds onto the bias instead: 1 ulp of h apart at most). Backward:
+// the bias gradient walks the rows in the CPU's order; both start from the same
+// non-zero gradient, so a kernel that overwrote db instead of adding would fail.
+TEST(KernelsHost, FusedBiasGeluMatchesLinearThenGelu) {
+  const std::int64_t n = 37, in = 9, out = 70;
+  Rng rng(3);
+  Linear fc("fc", in, out, DType::kF32, rng, 0.5);
+  Linear fc_no_bias("fc_nb", in, out, DType::kF32, rng, 0.5, /*bias=*/false);
+  GELU act("act");
+  fc_no_bias.weight().value.copy_from(fc.weight().value);
+  const Tensor b = random_f32({out}, 4, 0.7);
+  fc.bias().value.copy_from(b);
+  const Tensor db0 = random_f32({out}, 5);
+  fc.bias().grad.copy_from(db0);
+  const Tensor x = random_f32({n, in}, 6, 1.5);
+  const Tensor dg = random_f32({n, out}, 7);
+
+  const Tensor& g_cpu = act.forward(fc.forward(x));
+  const Tensor& dh_cpu = act.backward(dg, {});
+  fc.backward(dh_cpu, {});
+  const Tensor y = fc_no_bias.forward(x).clone(MemoryCategory::kOther);  // x W^T, (n, out)
+
+  const float* yp = y.data<float>();
+  const float* bp = b.data<float>();
+  for (std::int64_t i = 0; i < n * out; ++i) {
+    ASSERT_TRUE(near(bias_gelu(yp[i], bp[i % out]), g_cpu.data<float>()[i], 1e-6, "gelu(y + b)", i));
+  }
+  std::vector<float> dh(static_cast<std::size_t>(n * out), 0.0f);
+  std::vector<float> db(db0.data<float>(), db0.data<float>() + out);
+  for (std::int64_t j = 0; j < out; ++j) {  // one GPU thread per column
+    bias_gelu_backward_column(dh.data(), db.data(), yp, bp, dg.data<float>(), n, out, j);
+  }
+  for (std::int64_t i = 0; i < n * out; ++i) {
+    ASSERT_TRUE(near(dh[static_cast<std::size_t>(i)], dh_cpu.data<float>()[i], 1e-6, "dh", i));
+  }
+  for (std::int64_t j = 0; j < out; ++j) {
+    ASSERT_TRUE(near(db[static_cast<std::size_t>(j)], fc.bias().grad.data<float>()[j], 1e-5, "db", j));
+  }
+}
+
+// The link itself: refused without a bias, and on the CPU a linked pair computes
+// exactly what an unlinked one does (the fusion is the GPU's only).
+TEST(KernelsHost, FuseBiasOfNeedsABiasAndLeavesTheCpuUnfused) {
+  Rng rng(1);
+  Linear no_bias("nb", 3, 4, DType::kF32, rng, 0.0, /*bias=*/false);
+  GELU act("act");
+  EXPECT_THROW(act.fuse_bias_of(no_bias), InvalidArgument);
+  Rng a(2), b(2);
+  Linear fc_plain("fc", 5, 6, DType::kF32, a, 0.5), fc_linked("fc", 5, 6, DType::kF32, b, 0.5);
+  GELU gelu_plain("act"), gelu_linked("act");
+  gelu_linked.fuse_bias_of(fc_linked);
+  const Tensor bias = random_f32({6}, 3);
+  fc_plain.bias().value.copy_from(bias);
+  fc_linked.bias().value.copy_from(bias);
+  const Tensor x = random_f32({7, 5}, 4), dg = random_f32({7, 6}, 5);
+  const Tensor& g_plain = gelu_plain.forward(fc_plain.forward(x));
+  const Tensor& g_linked = gelu_linked.forward(fc_linked.forward(x));
+  const Tensor& dx_plain = fc_plain.backward(gelu_plain.backward(dg, {}), {});
+  const Tensor& dx_linked = fc_linked.backward(gelu_linked.backward(dg, {}), {});
+  for (std::int64_t i = 0; i < g_plain.numel(); ++i) ASSERT_EQ(g_plain.data<float>()[i], g_linked.data<float>()[i]);
+  for (std::int64_t i = 0; i < dx_plain.numel(); ++i) ASSERT_EQ(dx_plain.data<float>()[i], dx_linked.data<float>()[i]);
+  for (std::int64_t j = 0; j < 6; ++j) {
+    ASSERT_EQ(fc_plain.bias().grad.data<float>()[j], fc_linked.bias().grad.data<float>()[j]);
+  }
+}
+
+// The derivative in the backward against central differences of the forward,
+// in y and in b (the two enter as y + b, so both derivatives are gelu'(y + b)).
+TEST(KernelsHost, FusedBiasGeluBackwardIsTheDerivativeOfItsForward) {
+  const float h = 1e-2f;
+  for (float y = -4.0f; y <= 4.0f; y += 0.37f) {
+    for (float b : {-1.3f, 0.0f, 0.6f}) {
+      const float dh_dy = (bias_gelu(y + h, b) - bias_gelu(y - h, b)) / (2 * h);
+      const float dh_db = (bias_gelu(y, b + h) - bias_gelu(y, b - h)) / (2 * h);
+      float dh = 0.0f, db = 0.0f;
+      const float dg = 1.0f;
+      bias_gelu_backward_column(&dh, &db, &y, &b, &dg, 1, 1, 0);
+      EXPECT_NEAR(dh, dh_dy, 2e-3) << "y " << y << " b " << b;
+      EXPECT_NEAR(db, dh_db, 2e-3) << "y " << y << " b " << b;
+    }
   }
 }
 

@@ -180,6 +180,12 @@ TEST(LayersGpu, ResidualBlocks) {
   auto cpu = make_mlp_block("mlp", 16, 64, Activation::kGELU, DType::kF32, a, 0.1, 0.1);
   auto gpu = make_mlp_block("mlp", 16, 64, Activation::kGELU, DType::kF32, b, 0.1, 0.1);
   check_twins(*cpu, *gpu, floats({2, 5, 16}), kTol);
+  // The fused bias + GELU (kernels/bias_gelu.cu) against the unfused CPU block, with more
+  // hidden columns (384) than threads in a block and more rows (66) than one warp.
+  Rng e(9), f(9);
+  auto wide_cpu = make_mlp_block("mlp", 96, 384, Activation::kGELU, DType::kF32, e, 0.1, 0.1);
+  auto wide_gpu = make_mlp_block("mlp", 96, 384, Activation::kGELU, DType::kF32, f, 0.1, 0.1);
+  check_twins(*wide_cpu, *wide_gpu, floats({2, 33, 96}), kTol);
   Rng c(8), d(8);
   auto acpu = make_attention_block("attn", 16, 2, DType::kF32, c, 0.1, 0.1);
   auto agpu = make_attention_block("attn", 16, 2, DType::kF32, d, 0.1, 0.1);

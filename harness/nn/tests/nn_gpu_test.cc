@@ -1,16 +1,22 @@
 // The CUDA building blocks (cuda_ops.h) against the CPU: cuBLAS GEMM in all
 // four transpose combinations against a triple loop, the elementwise kernels
 // against the CPU layers, the bias kernels against plain sums, and the device
-// fp16/bf16 conversions against half.h. Every test skips, saying why, where
+// fp16/bf16 conversions against half.h, bit for bit (NaN payloads too); the
+// 16-bit GEMM (cublasGemmEx, fp32 accumulation) against an fp32 GEMM of the
+// widened inputs, and lab 05's 16-bit sum and unscale against half.h's
+// arithmetic. Every test skips, saying why, where
 // there is no GPU (CI); device tensors' memory accounting is checked too.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "harness/cuda/check.h"
 #include "harness/cuda/device.h"
+#include "harness/error.h"
 #include "harness/nn/cuda_ops.h"
 #include "harness/nn/half.h"
 #include "harness/nn/layers.h"
@@ -126,6 +132,11 @@ TEST(NnGpu, DeviceConversionsMatchHalfH) {
   DTL_SKIP_WITHOUT_GPU();
   const Tensor x = random_host({100000}, 10, 1000.0);  // many magnitudes, subnormals and overflow included
   for (std::int64_t i = 0; i < 100; ++i) x.data<float>()[i] *= 1e-6f;
+  // NaNs with payloads, infinities and ties: the kernels keep NaN payloads as half.h does.
+  const std::uint32_t specials[] = {0x7f800001u, 0xffc12345u, 0x7fa00000u, 0x7f800000u, 0xff800000u,
+                                    0x47800000u /* 65536 */, 0x477ff000u /* 65520: a tie, to inf */,
+                                    0x3f808000u /* bf16 tie */, 0x33000000u /* 2^-25: a tie, to 0 */};
+  for (std::size_t i = 0; i < std::size(specials); ++i) std::memcpy(x.data<float>() + 100 + i, &specials[i], 4);
   const Tensor dx = x.to(Device::kCuda);
   const Tensor out = Tensor::zeros({2 * x.numel()}, DType::kF16, MemoryCategory::kOther, Device::kCuda);
   auto* bits = static_cast<std::uint16_t*>(out.raw());
@@ -137,6 +148,90 @@ TEST(NnGpu, DeviceConversionsMatchHalfH) {
   for (std::int64_t i = 0; i < x.numel(); ++i) {
     ASSERT_EQ(h[i], float_to_f16_bits(x.data<float>()[i])) << x.data<float>()[i];
     ASSERT_EQ(h[x.numel() + i], float_to_bf16_bits(x.data<float>()[i])) << x.data<float>()[i];
+  }
+}
+
+// 16-bit inputs, fp32 sums: every product of two 16-bit values is exact in fp32,
+// so the result is an fp32 GEMM of the widened inputs up to the order of the
+// sums (the bound of GemmAllTransposesMatchTheTripleLoop). A 16-bit C is that
+// result rounded once: within half a 16-bit unit (plus the fp32 error).
+TEST(NnGpu, SixteenBitGemmAccumulatesInFp32) {
+  DTL_SKIP_WITHOUT_GPU();
+  const std::int64_t m = 40, n = 24, k = 72;
+  for (const DType half : {DType::kF16, DType::kBF16}) {
+    for (const bool ta : {false, true}) {
+      const Tensor a32 = random_host(ta ? Shape{k, m} : Shape{m, k}, 20), b32 = random_host({n, k}, 21);
+      const Tensor a16 = Tensor::zeros(a32.shape(), half, MemoryCategory::kOther);
+      const Tensor b16 = Tensor::zeros(b32.shape(), half, MemoryCategory::kOther);
+      convert(a16, a32);
+      convert(b16, b32);
+      const Tensor aw = Tensor::zeros(a32.shape(), DType::kF32, MemoryCategory::kOther);  // widened back: exact
+      const Tensor bw = Tensor::zeros(b32.shape(), DType::kF32, MemoryCategory::kOther);
+      convert(aw, a16);
+      convert(bw, b16);
+      const Tensor da = a16.to(Device::kCuda), db = b16.to(Device::kCuda);
+      const Tensor c32 = Tensor::zeros({m, n}, DType::kF32, MemoryCategory::kOther, Device::kCuda);
+      const Tensor c16 = Tensor::zeros({m, n}, half, MemoryCategory::kOther, Device::kCuda);
+      cuda::gemm_16(ta, true, m, n, k, 1.0f, da.raw(), ta ? m : k, db.raw(), k, half, 0.0f, c32.raw(), n, DType::kF32);
+      cuda::gemm_16(ta, true, m, n, k, 1.0f, da.raw(), ta ? m : k, db.raw(), k, half, 0.0f, c16.raw(), n, half);
+      DTL_CUDA_CHECK(cudaDeviceSynchronize());
+      const Tensor got32 = c32.to(Device::kCpu), got16 = c16.to(Device::kCpu);
+      const Tensor got16w = Tensor::zeros({m, n}, DType::kF32, MemoryCategory::kOther);
+      convert(got16w, got16);
+      const double unit = half == DType::kF16 ? 0x1p-10 : 0x1p-7;  // 16-bit spacing relative to the value
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t j = 0; j < n; ++j) {
+          double want = 0;
+          for (std::int64_t p = 0; p < k; ++p)
+            want += static_cast<double>(aw.data<float>()[ta ? p * m + i : i * k + p]) * bw.data<float>()[j * k + p];
+          ASSERT_NEAR(got32.data<float>()[i * n + j], want, 1e-4 * (1 + std::fabs(want))) << dtype_name(half) << ta;
+          ASSERT_NEAR(got16w.data<float>()[i * n + j], want, (unit / 2) * std::fabs(want) + 1e-4 * (1 + std::fabs(want)))
+              << dtype_name(half) << ta;
+        }
+    }
+  }
+  EXPECT_THROW(cuda::gemm_16(false, false, 1, 1, 1, 1.0f, nullptr, 1, nullptr, 1, DType::kF32, 0.0f, nullptr, 1,
+                             DType::kF32),
+               InvalidArgument);
+}
+
+// Lab 05's 16-bit elementwise steps against half.h's arithmetic (reduce_half_sum's
+// and unscale_and_check's loops in reference/05_mixed_precision), bit for bit.
+TEST(NnGpu, LabFiveHalfSumAndUnscaleMatchTheCpu) {
+  DTL_SKIP_WITHOUT_GPU();
+  const std::int64_t count = 5000;
+  const Tensor x = random_host({count}, 30, 300.0), z = random_host({count}, 31, 300.0);
+  for (const DType half : {DType::kF16, DType::kBF16}) {
+    const bool f16 = half == DType::kF16;
+    const Tensor a = Tensor::zeros({count}, half, MemoryCategory::kOther);
+    const Tensor b = Tensor::zeros({count}, half, MemoryCategory::kOther);
+    convert(a, x);
+    convert(b, z);
+    auto* pb = static_cast<std::uint16_t*>(b.raw());
+    pb[0] = f16 ? 0x7c00u : 0x7f80u;  // an inf: the unscale must report it
+    const Tensor da = a.to(Device::kCuda), db = b.to(Device::kCuda);
+    cuda::half_sum(half, static_cast<const std::uint16_t*>(da.raw()), static_cast<std::uint16_t*>(db.raw()), count);
+    const Tensor out = Tensor::zeros({count}, DType::kF32, MemoryCategory::kOther, Device::kCuda);
+    const Tensor flags = Tensor::zeros({2}, DType::kI32, MemoryCategory::kOther, Device::kCuda);
+    const float inv = 1.0f / 1024.0f;
+    cuda::unscale_16(half, out.data<float>(), static_cast<const std::uint16_t*>(db.raw()), inv, count,
+                     flags.data<std::int32_t>());
+    cuda::unscale_16(half, out.data<float>() + 1, static_cast<const std::uint16_t*>(db.raw()) + 1, inv, count - 1,
+                     flags.data<std::int32_t>() + 1);  // the same without the inf: no flag
+    DTL_CUDA_CHECK(cudaDeviceSynchronize());
+    const Tensor sum = db.to(Device::kCpu), unscaled = out.to(Device::kCpu), found = flags.to(Device::kCpu);
+    const auto* pa = static_cast<const std::uint16_t*>(a.raw());
+    const auto* ps = static_cast<const std::uint16_t*>(sum.raw());
+    for (std::int64_t i = 0; i < count; ++i) {
+      const float wa = f16 ? f16_bits_to_float(pa[i]) : bf16_bits_to_float(pa[i]);
+      const float wb = f16 ? f16_bits_to_float(pb[i]) : bf16_bits_to_float(pb[i]);
+      const std::uint16_t want = f16 ? float_to_f16_bits(wa + wb) : float_to_bf16_bits(wa + wb);
+      ASSERT_EQ(ps[i], want) << dtype_name(half) << " element " << i;
+      const float ws = f16 ? f16_bits_to_float(want) : bf16_bits_to_float(want);
+      ASSERT_EQ(unscaled.data<float>()[i], ws * inv) << dtype_name(half) << " element " << i;
+    }
+    EXPECT_EQ(found.data<std::int32_t>()[0], 1) << dtype_name(half);
+    EXPECT_EQ(found.data<std::int32_t>()[1], 0) << dtype_name(half);
   }
 }
 

@@ -8,7 +8,10 @@
 //     here, agree with the CPU forward that the trainer's model runs within 1e-4
 //     relative (+ 1e-5 absolute): the two sum the same products in different
 //     orders in fp32. A trainer that leaves the model's compute copies stale
-//     after a step (not widen(working)) fails it.
+//     after a step (not widen(working)) fails it;
+//   - the first Linear in 16 bits: the working weights and the batch rounded to
+//     16 bits through cuBLAS's 16-bit GEMM with fp32 sums (nn::cuda::gemm_16)
+//     equal the product of the widened values.
 // Task C's tests: the trainer gets the test's rounding, averaging and scaler
 // (oracle_hooks()), so only task C is graded here.
 // Without a GPU every test skips on every rank, saying why.
@@ -125,6 +128,54 @@ TEST_P(GpuHalf, ForwardWithWorkingWeightsMatchesTheCpu) {
   EXPECT_EQ(cpu.size(), gpu.size());
   for (std::size_t i = 0; i < std::min(gpu.size(), cpu.size()); ++i) {
     EXPECT_NEAR(gpu[i], cpu[i], 1e-5 + 1e-4 * std::abs(cpu[i])) << "logit " << i;
+  }
+}
+
+// The first Linear in 16 bits, as a GPU step that computed in half precision would
+// run it: the trainer's 16-bit working weights straight from its buffer (no
+// widening), the batch rounded to 16 bits on the GPU, and cuBLAS's 16-bit GEMM with
+// fp32 accumulation (nn::cuda::gemm_16). Each product of two 16-bit values is exact
+// in fp32, so this equals the fp32 GEMM of the widened values up to the order of
+// the sums: the bound of ForwardWithWorkingWeightsMatchesTheCpu.
+TEST_P(GpuHalf, FirstLayerInSixteenBitsMatchesTheWidenedProduct) {
+  SKIP_WITHOUT_GPU();
+  auto backend_ = backend();
+  nn::Model model = make_model(ModelKind::kMlp, 7);
+  lab05::MixedOptions o;
+  o.precision = GetParam();
+  o.scaler = {.mode = lab05::ScalingMode::kNone};
+  o.hooks = oracle_hooks();
+  lab05::MixedPrecisionTrainer trainer(*backend_, model, o);
+  const Batch b = rank_batch(ModelKind::kMlp, 0, kGlobalBatch, comm().rank(), comm().size());
+  trainer.step(b.x, b.y);
+  const nn::DType half = lab05::precision_dtype(GetParam());
+  const nn::Tensor& w = model.parameters()[0]->value;  // fc0.weight (out, in): the first elements of working
+  const std::int64_t rows = b.x.dim(0), in = b.x.dim(1), out = w.dim(0);
+  // Device copies: x (rows, in) in f32, rounded there to 16 bits; W's 16-bit bits as they are.
+  DeviceFloats d_x(b.x.data<float>(), static_cast<std::size_t>(b.x.numel()));
+  std::uint16_t *d_x16 = nullptr, *d_w16 = nullptr;
+  DTL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_x16), static_cast<std::size_t>(rows * in) * 2));
+  DTL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_w16), static_cast<std::size_t>(out * in) * 2));
+  dtl::cuda::copy(d_w16, trainer.working().raw(), static_cast<std::size_t>(out * in) * 2, nullptr);
+  if (half == nn::DType::kF16) nn::cuda::float_to_f16(d_x16, d_x.ptr, rows * in);
+  else nn::cuda::float_to_bf16(d_x16, d_x.ptr, rows * in);
+  DeviceFloats d_y(static_cast<std::size_t>(rows * out));
+  nn::cuda::gemm_16(false, true, rows, out, in, 1.0f, d_x16, in, d_w16, in, half, 0.0f, d_y.ptr, out, nn::DType::kF32);
+  std::vector<float> gpu(static_cast<std::size_t>(rows * out));
+  dtl::cuda::copy(gpu.data(), d_y.ptr, gpu.size() * sizeof(float), nullptr);
+  cudaFree(d_x16);
+  cudaFree(d_w16);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t j = 0; j < out; ++j) {
+      double want = 0;
+      for (std::int64_t p = 0; p < in; ++p) {
+        const float x16 = half == nn::DType::kF16 ? static_cast<float>(nn::f16(b.x.data<float>()[i * in + p]))
+                                                  : static_cast<float>(nn::bf16(b.x.data<float>()[i * in + p]));
+        want += static_cast<double>(x16) * element(trainer.working(), j * in + p);
+      }
+      EXPECT_NEAR(gpu[static_cast<std::size_t>(i * out + j)], want, 1e-5 + 1e-4 * std::abs(want))
+          << "row " << i << " column " << j;
+    }
   }
 }
 
