@@ -522,7 +522,9 @@ void save_checkpoint(ShardedTrainer& trainer, const std::string& dir);
 /// @throws CheckpointError on every rank, naming the file, unit and rank, if a
 ///         file is missing or corrupt, a unit is missing or has another element
 ///         count, the optimizer differs, or a file claims another rank or world
-///         size; the trainer is then unchanged.
+///         size; the trainer is then unchanged. The message holds "rank", the file's
+///         name (e.g. "shard-0-of-3"), "missing" or "corrupt" for those two cases,
+///         and both values where two disagree (both world sizes, both element counts).
 void load_checkpoint(ShardedTrainer& trainer, const std::string& dir);
 
 // ---------------------------------------------------------------------------
