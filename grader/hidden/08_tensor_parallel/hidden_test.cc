@@ -1,8 +1,8 @@
 // Lab 08 hidden tests (an example set), at 5 and 6 ranks: every layer, block and
 // loss at T = 5 and 6 on other sizes (one feature, one head, one token per rank;
 // qkv groups; (B, S, C) inputs), their collectives and refusals; a GPT with a
-// vocabulary padded to a multiple of 60; sequence parallelism; every grid of 5
-// and 6 ranks. Same oracles as the public tests (the unsplit harness layers, one
+// vocabulary padded to a multiple of 60; sequence parallelism, in f64 and f32;
+// every grid of 5 and 6 ranks. Same oracles as the public tests (the unsplit harness layers, one
 // process on the whole batch, the closed forms).
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -125,6 +125,53 @@ TEST(HiddenLayers, Refusals) {
   lab08::ColumnParallelLinear accepted(*fine, tp.mpi);
   EXPECT_TRUE(close_to(row_slice(fine->weight().value, 1, T, r), values(accepted.local().weight().value),
                        "one row per rank"));
+}
+
+// Sequence parallelism in f32 (the public tests run it in f64 only): the MLP block
+// (C = T, one batch row per rank) and the attention block (T heads of two channels,
+// one head and two batch rows per rank), this rank's rows against the unsplit
+// f32 block; every sequence-parallel collective moves 4-byte elements; the
+// replicated parameters' f32 gradients summed over the group.
+TEST(HiddenModel, SequenceParallelInF32) {
+  Group tp(comm());
+  const int T = tp.size(), r = tp.rank();
+  for (bool attention : {false, true}) {
+    const nn::Shape shape = attention ? nn::Shape{2 * T, 3, 2 * T} : nn::Shape{T, 2, T};
+    const std::int64_t C = shape.back();
+    dtl::Rng rng(attention ? 91 : 92);
+    std::unique_ptr<nn::Layer> full =
+        attention ? nn::make_attention_block("sp", C, T, nn::DType::kF32, rng, 0.3, 0.3)
+                  : nn::make_mlp_block("sp", C, 4 * C, nn::Activation::kGELU, nn::DType::kF32, rng, 0.3, 0.3);
+    randomize(*full, 93);
+    auto parallel = attention ? lab08::make_parallel_attention_block(*full, tp.record, true)
+                              : lab08::make_parallel_mlp_block(*full, tp.record, true);
+    const std::string what = std::string(attention ? "f32 sequence-parallel attention" : "f32 sequence-parallel MLP") +
+                             " block, x " + nn::to_string(shape);
+    const nn::Tensor x = random_tensor(shape, 94, nn::DType::kF32), dy = random_tensor(shape, 95, nn::DType::kF32);
+    const nn::Tensor y_full = full->forward(x).clone(nn::MemoryCategory::kOther);
+    const nn::Tensor dx_full = full->backward(dy, {}).clone(nn::MemoryCategory::kOther);
+    tp.record.clear();
+    EXPECT_TRUE(close_to(values(rows_of(y_full, T, r)), values(parallel->forward(rows_of(x, T, r))), "y of the " + what,
+                         kF32Tol));
+    EXPECT_TRUE(close_to(values(rows_of(dx_full, T, r)), values(parallel->backward(rows_of(dy, T, r), {})),
+                         "dx of the " + what, kF32Tol));
+    const std::size_t per_rank = static_cast<std::size_t>(x.numel() / T);
+    EXPECT_TRUE(ops_are(tp.record,
+                        {CollectiveKind::kAllgather, CollectiveKind::kReduceScatter, CollectiveKind::kAllgather,
+                         CollectiveKind::kReduceScatter},
+                        {per_rank, per_rank, per_rank, per_rank}, what));
+    EXPECT_EQ(tp.record.bytes(CollectiveKind::kAllgather) + tp.record.bytes(CollectiveKind::kReduceScatter),
+              4 * static_cast<std::size_t>(x.numel()) * 4)
+        << "rank " << r << ": " << what << ": four collectives of N x C f32 elements (4 bytes each)";
+    std::vector<nn::Parameter*> shared;
+    for (nn::Parameter* p : parallel->parameters()) {
+      if (p->name.find(".ln.") != std::string::npos || p->name.find(".proj.bias") != std::string::npos) {
+        shared.push_back(p);
+      }
+    }
+    lab08::allreduce_sequence_parallel_gradients(tp.mpi, shared);
+    EXPECT_TRUE(grads_match(*full, *parallel, T, r, what, kF32Tol));
+  }
 }
 
 TEST(HiddenModel, GptSequenceParallelAndGrids) {

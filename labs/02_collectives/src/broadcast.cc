@@ -25,16 +25,9 @@
 // core and link; on the 2-core course machine the tree wins at 3 and 4 ranks too —
 // see labs/02_collectives/bench/RESULTS.md.)
 //
-// Relative ranks. Every tree here is drawn for root 0; with another root, rank
-// r plays the part of vrank = (r - root + P) mod P, and vrank v is real rank
-// (v + root) mod P. The binomial tree for P = 8 (vranks):
-//
-//   round 1:  0 ───────────────▶ 4
-//   round 2:  0 ───────▶ 2        4 ───────▶ 6
-//   round 3:  0 ─▶ 1     2 ─▶ 3   4 ─▶ 5     6 ─▶ 7
-//
-// vrank v receives from v minus its lowest set bit (its parent), then sends to
-// v + m for each power of two m below that bit, largest first (its children).
+// The tree itself (relative ranks for any root, each rank's parent, children and
+// round) is derived in section (a) of the handout; what the tests count (messages
+// per rank, bytes, the tag) is each function's contract below.
 //
 // What it leaves out: pipelining (cutting the message into segments so that a
 // chain or tree streams them; lab 03 does it for the ring), and the hierarchy

@@ -119,6 +119,13 @@ TEST(LossScalerUpdate, StaticAndNoneNeverMove) {
     for (bool inf : {false, true, false, false}) s.update(inf);
     EXPECT_EQ(s.scale(), first) << lab05::scaling_mode_name(mode);
     EXPECT_EQ(s.skipped_steps(), 1) << lab05::scaling_mode_name(mode);
+    // The counters run as in kDynamic: clean steps since the overflow, back to 0 at growth_interval.
+    lab05::LossScaler c({.mode = mode, .init_scale = 128.0f, .growth_interval = 3});
+    for (bool inf : {false, true, false, false}) c.update(inf);
+    EXPECT_EQ(c.clean_steps(), 2) << lab05::scaling_mode_name(mode) << ": two clean steps since the overflow";
+    c.update(false);
+    EXPECT_EQ(c.clean_steps(), 0) << lab05::scaling_mode_name(mode) << ": the count returns to 0 at growth_interval";
+    EXPECT_EQ(c.scale(), first) << lab05::scaling_mode_name(mode);
   }
 }
 

@@ -277,6 +277,15 @@ TEST(TrainerErrors, BadOptionsAreNamed) {
     const std::string m = message([&] { lab06::ShardedTrainer t(*backend, model, o); });
     EXPECT_NE(m.find("param_dtype"), std::string::npos) << m;
   }
+  for (nn::DType dtype : {nn::DType::kF32, nn::DType::kBF16}) {
+    // Loss scaling is fp16's: f32 and bf16 would step on scaled gradients, so a scale is refused.
+    nn::Model model = make_model(ModelKind::kOddMlp, 1);
+    lab06::ShardedOptions o = options_for(ShardingMode::kFsdp, OptKind::kAdamW, 0, test_layouts(model, comm().size()));
+    o.param_dtype = dtype;
+    o.loss_scale = 1024.0f;
+    const std::string m = message([&] { lab06::ShardedTrainer t(*backend, model, o); });
+    EXPECT_NE(m.find("loss_scale"), std::string::npos) << m;
+  }
   {
     nn::Model model = make_model(ModelKind::kOddMlp, 1);
     model.flatten_values();

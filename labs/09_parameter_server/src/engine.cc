@@ -1,16 +1,17 @@
 // Lab 09, task F: the dependency engine (its pool, waits, constructor and destructor
 // are given: given/engine_pool.cc).
 //
-// What this file teaches: a scheduler needs only two numbers per operation
-// (how many dependencies are unfinished, who waits for it) and two facts per
-// variable (its last mutator, the readers since). Everything else is a queue
-// and a condition variable. See Note [Dependencies] in lab09/engine.h.
+// What this file teaches: a scheduler that runs operations in parallel yet gives
+// the result of running them one by one in push order, by ordering only the
+// operations that conflict on a variable. You write push() and finish().
 //
-//     push(op):   for each variable it reads:    depend on the last mutator
-//                 for each variable it mutates:  depend on the last mutator and the readers since
-//                 then it becomes that variable's reader / last mutator
-//                 no unfinished dependency: ready
-//     a thread:   take a ready op, run it, finish it: each dependent's count - 1; at 0 it is ready
+// Contract (Note [Dependencies] in lab09/engine.h): after push(op), op runs only
+// once every earlier-pushed operation it conflicts with has finished (a read
+// after the last earlier mutation of that variable; a mutation after the last
+// earlier mutation and every read since), and as soon as that holds a pool
+// thread can take it from ready_. finish(op) makes ready every operation that
+// was waiting for op alone. The state it needs is declared in lab09/engine.h
+// (Op::waiting, Op::dependents, the per-variable records, ready_, all_).
 #include <algorithm>
 #include <chrono>
 #include <string>

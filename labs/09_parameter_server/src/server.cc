@@ -7,14 +7,17 @@
 // happens in two places: when a step's update may be applied
 // (apply_ready_steps()) and when a pull may be answered (answer_ready_pulls()).
 //
-// Server s, per worker w, per step t (BSP/SSP):
+// What each message must cause on server s (BSP/SSP), worker w, step t:
 //
-//     kPush(k, t) x (our keys)   ->  pending_[t - version_][w]  (copied, not applied)
-//     kClock(t)                  ->  clock[w] = t + 1; every step with min clock > t is applied:
-//                                    the mean over the workers who pushed it, in worker order
-//     kPull(k, c)                ->  answered now if may_read(c, version_), else deferred
+//     kPush(k, t)   nothing visible yet: step t's gradient of key k from w is kept
+//     kClock(t)     w's clock becomes t + 1; every step that every live worker has
+//                   now clocked past is applied, oldest first, as the mean of the
+//                   gradients pushed for it (summed in worker order: deterministic)
+//     kPull(k, c)   answered once may_read(c, version) allows it, in arrival order
 //
 // ASP applies each push on arrival (scaled by 1/W) and answers every pull at once.
+// The kept gradients and the deferred pulls live in the members that
+// lab09/parameter_server.h declares for them (pending_, deferred_).
 // See Note [The protocol], Note [Consistency models] and Note [Silent workers]
 // in lab09/parameter_server.h.
 #include <mpi.h>

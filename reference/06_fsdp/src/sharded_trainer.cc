@@ -55,6 +55,11 @@ ShardedTrainer::ShardedTrainer(Communicator& backend, nn::Model& model, ShardedO
                       (fsdp ? "FSDP gathers f32, bf16 or f16" : "ZeRO-1/2 keep f32 parameters (16-bit gathers are FSDP's)"));
   DTL_REQUIRE_ARG(std::isfinite(options_.loss_scale) && options_.loss_scale > 0.0f, fn, "options.loss_scale",
                   "is " + std::to_string(options_.loss_scale) + "; it must be finite and > 0");
+  // Only fp16 unscales (its gradients would underflow without the scale); an f32 or bf16
+  // step would apply scaled gradients, so a scale there is refused rather than ignored.
+  DTL_REQUIRE_ARG(options_.loss_scale == 1.0f || pd == nn::DType::kF16, fn, "options.loss_scale",
+                  "is " + std::to_string(options_.loss_scale) + " with param_dtype " + dtype_name(pd) +
+                      "; loss scaling is fp16's (param_dtype kF16): leave it at 1 for f32 and bf16");
   DTL_REQUIRE_ARG(options_.max_unit_bytes >= 0, fn, "options.max_unit_bytes", "is negative");
   DTL_REQUIRE_ARG(!options_.offload || fsdp, fn, "options.offload",
                   std::string("is set in ") + sharding_mode_name(options_.mode) +

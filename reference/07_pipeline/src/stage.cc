@@ -63,10 +63,12 @@ void PipelineStage::post_receive(const Action& action) {
 
 void PipelineStage::post_receives(std::span<const Action> schedule, std::size_t k) {
   // BEGIN SOLUTION(PipelineStage::post_receives)
-  // | Before action k runs, make sure its own receive is posted, and post receives ahead far
-  // | enough that no neighbour's MPI_Isend of a message this stage will need waits on a
-  // | receive posted late, at any message size, for any valid schedule of either kind (Note
-  // | [Deadlock-free ordering]). post_receive() ignores a receive already posted.
+  // | Before action k runs: its own receive is posted (required: wait_receive() waits on it),
+  // | and so are the receives of the next forward and the next backward after k in
+  // | `schedule` (one of each kind ahead, no more: each posted receive holds a buffer). Since
+  // | every send is an MPI_Isend completed only at the end of the step, how far ahead does
+  // | not decide correctness, only how early a message can land (Note [Deadlock-free
+  // | ordering]). post_receive() ignores a receive already posted.
   post_receive(schedule[k]);
   bool next_forward = false, next_backward = false;
   for (std::size_t j = k + 1; j < schedule.size() && !(next_forward && next_backward); ++j) {

@@ -75,9 +75,11 @@ inline constexpr std::size_t kDefaultFirstBucketCapBytes = std::size_t{1} << 20;
 /// Collective: every rank of `backend` must call it.
 /// @param[in] backend the ranks that must agree.
 /// @param[in] model this rank's model.
-/// @throws dtl::InvalidArgument on every rank if two ranks disagree, naming the
-///         first rank that differs from rank 0 and the first parameter (index,
-///         name on this rank, element counts) where it differs, or the two counts.
+/// @throws dtl::InvalidArgument on every rank if two ranks disagree. The message
+///         holds "rank R" for R the first rank that differs from rank 0, and either
+///         the first parameter where it differs (its index, its name as on this rank,
+///         e.g. "fc0.weight", and both element counts) or, when the parameter counts
+///         differ, both counts as plain numbers (e.g. "6" and "7").
 void check_model_agreement(Communicator& backend, const nn::Model& model);
 
 /// @brief Makes every rank's parameters equal to rank `root`'s: check_model_agreement(),
@@ -103,7 +105,10 @@ void broadcast_parameters(Communicator& backend, nn::Model& model, int root = 0)
 /// `first_cap_bytes`, every later one's `cap_bytes`. So: a bucket is never above
 /// its cap unless it holds a single parameter (a parameter larger than the cap
 /// gets a bucket of its own), and a bucket whose size reaches its cap exactly is
-/// closed at once. Zero-byte parameters join the current bucket. Why reverse
+/// closed at once. Zero-byte parameters join the current bucket: the open one, or,
+/// right after a bucket closed (at its cap, or because of a parameter above it), a
+/// new one that the next parameters join too; never a bucket already closed, and a
+/// zero-byte parameter does not close a bucket by itself. Why reverse
 /// order, why a cap and why a smaller first bucket: Note [Bucket order],
 /// Note [Why a cap] and Note [The small first bucket] in src/ddp_buckets.cc.
 ///
@@ -182,8 +187,8 @@ struct StepStats {
 /// a later bucket becomes ready first (see Note [Issue in bucket order] in
 /// src/ddp_reducer.cc).
 ///
-/// Errors: a parameter that was marked ready twice in one step throws from the
-/// hook (a backward without finish()); a parameter that never got its gradient
+/// Errors: a parameter that was marked ready twice in one step throws dtl::Error
+/// from the hook, naming the parameter (a backward without finish()); a parameter that never got its gradient
 /// makes finish() throw, naming it and its bucket, after waiting for what was
 /// issued — never a hang. Not copyable or movable (the hook points at it); the
 /// destructor removes the hook and waits for anything still pending.
@@ -208,8 +213,9 @@ class Reducer {
   /// leaves every gradient averaged over the ranks. Resets for the next step.
   ///
   /// Collective: every rank of the communicator must call it once per step.
-  /// @throws dtl::Error naming the parameter and its bucket if a parameter did not
-  ///         get its gradient in this step (after waiting for what was issued).
+  /// @throws dtl::Error if a parameter did not get its gradient in this step (after
+  ///         waiting for what was issued); the message holds its name (e.g.
+  ///         "unused.weight") and "bucket B" for its bucket index B.
   /// @throws dtl::Error if called inside a no_sync() scope.
   /// @throws TimeoutError or the backend's Error from a failed allreduce.
   void finish();

@@ -282,7 +282,10 @@ class LossScaler {
   float scale() const noexcept { return scale_; }
   /// @return the options.
   const LossScalerOptions& options() const noexcept { return options_; }
-  /// @return clean steps since the scale last changed (or since the start).
+  /// @return clean steps in a row, counted the same way in every mode: 0 at the start
+  ///         and after an overflow, and back to 0 when the count reaches growth_interval
+  ///         (where kDynamic grows the scale; kNone and kStatic wrap the count and keep the
+  ///         scale). So it is always in [0, growth_interval).
   int clean_steps() const noexcept { return clean_steps_; }
   /// @return how many update(true) calls there were: the skipped steps.
   std::int64_t skipped_steps() const noexcept { return skipped_; }
@@ -308,8 +311,9 @@ class LossScaler {
   ///
   /// found_inf: scale *= backoff_factor, clean_steps = 0, skipped_steps += 1.
   /// Otherwise: clean_steps += 1, and if it reaches growth_interval,
-  /// scale *= growth_factor and clean_steps = 0. (kNone and kStatic still count
-  /// skipped steps and clean steps, but never change the scale.)
+  /// scale *= growth_factor and clean_steps = 0. kNone and kStatic do exactly the
+  /// same with the counters (clean_steps also returns to 0 at growth_interval) and
+  /// never change the scale.
   /// @param[in] found_inf what unscale_and_check() returned for this step.
   virtual void update(bool found_inf);
 
@@ -355,7 +359,7 @@ struct MixedOptions {
 
 /// @brief What one MixedPrecisionTrainer::step() did.
 struct StepResult {
-  double loss = 0.0;            ///< the unscaled loss, the mean over every rank's rows (fp64 allreduce)
+  double loss = 0.0;            ///< the unscaled loss: the mean of the ranks' mean losses (an fp64 kAvg allreduce), which is the mean over every row when every rank has as many rows
   float scale = 1.0f;           ///< the loss scale this step's backward used
   bool skipped = false;         ///< the gradients held an inf/NaN on some rank: the weights did not move
   RoundStats rounding;          ///< what rounding this rank's scaled gradients to 16 bits lost
@@ -374,6 +378,10 @@ struct StepResult {
 ///     the gradients (16-bit, kGradients), and compute values = widen(working).
 /// For Precision::kF32 the model's own values and gradients are flattened
 /// (kParameters, kGradients) and are the master weights and gradients.
+/// In every precision the flattening is nn::flatten_values() / nn::flatten_grads()
+/// over model.parameters(): the Parameters become views of the trainer's buffers,
+/// and the Model's own flat buffers (Model::flatten_values(), model.flat_values())
+/// are neither needed nor looked at by the tests.
 ///
 /// One step:
 ///

@@ -315,8 +315,11 @@ struct ShardedOptions {
   /// FSDP only: the element type of the gathered parameters (kF32, kBF16 or kF16;
   /// Note [Mixed precision in FSDP]). ZeRO-1/2 take kF32 only.
   nn::DType param_dtype = nn::DType::kF32;
-  /// The loss scale of fp16 (param_dtype kF16): backward sees dL/dlogits * scale; a
-  /// step with an inf or NaN on any rank is skipped and the scale halves. > 0, finite.
+  /// The initial loss scale of fp16 (param_dtype kF16): backward sees dL/dlogits *
+  /// scale and the gradient shards are unscaled (times 1/scale) before the step; a step
+  /// with an inf or NaN on any rank is skipped and the scale halves. It never grows back
+  /// (lab 05's dynamic scaler does; this one only backs off). > 0, finite; must be 1
+  /// for kF32 and kBF16, which neither scale nor unscale (anything else is refused).
   float loss_scale = 1.0f;
   /// FSDP only: keep every unit's shard, gradient shard and optimizer state in host
   /// memory (Device::kPinnedHost) and copy across around each gather and reduce-scatter
@@ -415,7 +418,8 @@ class ShardedTrainer {
   /// @param[in] options mode, optimizer, prefetch, precision, limits.
   /// @throws dtl::InvalidArgument naming the argument, the unit and the rank: an f64 or
   ///         flattened model, prefetch < 0, a 16-bit param_dtype or offload outside FSDP, a
-  ///         bad loss_scale, a unit above max_unit_bytes, or layouts that do not match the units.
+  ///         loss_scale that is not finite and > 0 (or not 1 outside fp16), a unit above
+  ///         max_unit_bytes, or layouts that do not match the units.
   ShardedTrainer(Communicator& backend, nn::Model& model, ShardedOptions options);
   /// @brief Removes the hooks and waits for anything in flight (errors printed, not thrown).
   ~ShardedTrainer();
@@ -518,7 +522,9 @@ void save_checkpoint(ShardedTrainer& trainer, const std::string& dir);
 /// @throws CheckpointError on every rank, naming the file, unit and rank, if a
 ///         file is missing or corrupt, a unit is missing or has another element
 ///         count, the optimizer differs, or a file claims another rank or world
-///         size; the trainer is then unchanged.
+///         size; the trainer is then unchanged. The message holds "rank", the file's
+///         name (e.g. "shard-0-of-3"), "missing" or "corrupt" for those two cases,
+///         and both values where two disagree (both world sizes, both element counts).
 void load_checkpoint(ShardedTrainer& trainer, const std::string& dir);
 
 // ---------------------------------------------------------------------------

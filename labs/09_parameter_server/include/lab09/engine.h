@@ -37,12 +37,10 @@ namespace dtl::lab09 {
 // run at once. The program's result is then the result of running the
 // operations one by one in push order (the engine only reorders what commutes).
 //
-// Bookkeeping per variable: the last mutator, and the readers pushed since it.
-// Per operation: how many of its dependencies have not finished (`waiting`), and
-// who waits for it (`dependents`). Push: count the unfinished dependencies; if
-// none, the operation is ready. Finish: every dependent's count drops by one; a
-// count that reaches 0 makes that dependent ready. An operation listing a
-// variable both to read and to mutate is a mutator of it.
+// An operation listing a variable both to read and to mutate is a mutator of it.
+// An operation is ready (a pool thread may take it) exactly when every operation
+// it must run after has finished; one with nothing to wait for is ready at push.
+// Each operation runs once, on one pool thread.
 //
 //     push A: mutates x            A ready
 //     push B: reads x              B waits for A
