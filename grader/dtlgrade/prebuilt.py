@@ -248,8 +248,12 @@ def ensure(lab: Lab, key: str, make_tree, key_of, build_course, targets: list[st
     entry = _verified(folder)
     if entry is None:
         with open(root / f"{folder.name}.lock", "w") as lock:
+            waiting = time.monotonic()
             fcntl.flock(lock, fcntl.LOCK_EX)  # a grading building this entry: wait for it
+            waited = time.monotonic() - waiting
             entry = _verified(folder)
+            if entry is not None and waited >= 1:
+                log(f"  course objects built by another grading; waited {waited:.0f} s for them")
             if entry is None:
                 log(f"  building the course's objects for lab {lab.number} (once; kept in {root}) ...")
                 start = time.monotonic()

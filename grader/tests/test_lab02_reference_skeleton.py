@@ -39,7 +39,7 @@ class TestLab02Skeleton(helpers.GraderAssertions, unittest.TestCase):
         self.assertEqual(self.graded.json["score"], 0)
         self.assertEqual(self.graded.json["max_score"], 100 - self.graded.speed_out())
         self.assertZero([t for t in self.graded.json["tests"] if not helpers.speed_left_out(t)])
-        self.assertLess(self.graded.seconds, 60, "the skeleton must fail fast, not time out")
+        self.assertLess(self.graded.grading_seconds, 60, "the skeleton must fail fast, not time out")
         self.assertNotIn("TIMEOUT", self.graded.output)
         self.assertNotIn("CRASHED", self.graded.output)
 

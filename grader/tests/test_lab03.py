@@ -79,7 +79,7 @@ class TestLab03Skeleton(helpers.GraderAssertions, unittest.TestCase):
         self.assertGradescopeJson(self.graded)
         self.assertEqual(self.graded.json["score"], 0)
         self.assertEqual(self.graded.json["max_score"], (130 if HAVE_GPU else 100) - self.graded.speed_out())
-        self.assertLess(self.graded.seconds, 120, "the skeleton must fail fast, not time out")
+        self.assertLess(self.graded.grading_seconds, 120, "the skeleton must fail fast, not time out")
         self.assertNotIn("TIMEOUT", self.graded.output)
         self.assertNotIn("CRASHED", self.graded.output)
         for t in self.graded.json["tests"]:

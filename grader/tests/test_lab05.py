@@ -67,7 +67,7 @@ class TestLab05Skeleton(helpers.GraderAssertions, unittest.TestCase):
         self.assertEqual(self.graded.json["score"], 0)
         tests = [t for t in gradable(self.graded.json["tests"]) if not helpers.speed_left_out(t)]
         self.assertZero(tests)
-        self.assertLess(self.graded.seconds, 90, "the skeleton must fail fast, not time out")
+        self.assertLess(self.graded.grading_seconds, 90, "the skeleton must fail fast, not time out")
         self.assertNotIn("TIMEOUT", self.graded.output)
         self.assertNotIn("CRASHED", self.graded.output)
         for t in tests:

@@ -36,7 +36,7 @@ class TestSkeletonGrade(helpers.GraderAssertions, unittest.TestCase):
         self.assertRegex(self.graded.output, r"TOTAL\s+0 / 100")
 
     def test_fast(self):
-        self.assertLess(self.graded.seconds, 60, "the skeleton must fail fast, not time out")
+        self.assertLess(self.graded.grading_seconds, 60, "the skeleton must fail fast, not time out")
         self.assertNotIn("TIMEOUT", self.graded.output)
         self.assertNotIn("CRASHED", self.graded.output)
 
