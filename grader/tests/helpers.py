@@ -109,8 +109,9 @@ ITEM_PREFIXES = {
     "lab03_reduce_scatter": ("B. ring reduce-scatter",),
     "lab03_allreduce": ("B. ring allreduce",),
     "lab03_gpu": ("Part 2 ",),
-    # Lab 04 (grader/rubrics/04.toml): its one GPU item.
+    # Labs 04 and 06 (grader/rubrics/04.toml, 06.toml): their one GPU item each.
     "lab04_gpu": ("GPU: ",),
+    "lab06_gpu": ("GPU: ",),
 }
 
 # Whole-run bound for one grading in a test; a grader that takes longer has hung.

@@ -52,10 +52,12 @@ class StreamModelCommunicator final : public dtl::Communicator {
   /// @brief One entry of the compute stream.
   struct Entry {
     Kind kind = Kind::kWrite;  ///< what it is
-    const std::byte* begin = nullptr;  ///< the buffer touched (kReady, kDone: the operation's buffer)
+    const std::byte* begin = nullptr;  ///< the buffer touched (kReady, kDone: the buffer the operation writes)
     std::size_t bytes = 0;     ///< its size
     int op = -1;               ///< kReady, kDone: the operation's index, 0, 1, ... in issue order
     std::string what;          ///< for messages: the kernel's name, or the operation's description
+    const std::byte* in_begin = nullptr;  ///< kReady, kDone: the buffer the operation reads (may be `begin`)
+    std::size_t in_bytes = 0;  ///< its size
   };
 
   /// @brief Records the operations issued on `inner`, which must outlive this.
@@ -72,12 +74,12 @@ class StreamModelCommunicator final : public dtl::Communicator {
   /// @brief A kernel queued on the compute stream that writes `bytes` at `begin`.
   /// @param[in] begin the buffer. @param[in] bytes its size. @param[in] what the kernel, for messages.
   void compute_writes(const void* begin, std::size_t bytes, std::string what) {
-    entries_.push_back({Kind::kWrite, static_cast<const std::byte*>(begin), bytes, -1, std::move(what)});
+    entries_.push_back({Kind::kWrite, static_cast<const std::byte*>(begin), bytes, -1, std::move(what), nullptr, 0});
   }
   /// @brief A kernel queued on the compute stream that reads `bytes` at `begin`.
   /// @param[in] begin the buffer. @param[in] bytes its size. @param[in] what the kernel, for messages.
   void compute_reads(const void* begin, std::size_t bytes, std::string what) {
-    entries_.push_back({Kind::kRead, static_cast<const std::byte*>(begin), bytes, -1, std::move(what)});
+    entries_.push_back({Kind::kRead, static_cast<const std::byte*>(begin), bytes, -1, std::move(what), nullptr, 0});
   }
 
   /// @brief The compute stream, in program order. @return the entries.
@@ -90,9 +92,9 @@ class StreamModelCommunicator final : public dtl::Communicator {
   }
 
   /// @brief The two races of Note [Why a side stream], on the entries so far: an
-  /// access to an operation's buffer between its ready and its done (a write, or a
-  /// read of a buffer the operation writes), and an operation never seen complete
-  /// when `all_done` is true.
+  /// access to an operation's buffers between its ready and its done (a write to
+  /// what it reads or writes, or a read of what it writes), and an operation never
+  /// seen complete when `all_done` is true.
   /// @param[in] all_done whether every operation must have been seen complete.
   /// @return "" when there is none; otherwise the first, with the entries around it.
   std::string check(bool all_done = true) const {
@@ -104,7 +106,8 @@ class StreamModelCommunicator final : public dtl::Communicator {
         const Entry& e = entries_[j];
         if (e.kind == Kind::kDone && e.op == ready.op) {
           done = true;
-        } else if ((e.kind == Kind::kWrite || e.kind == Kind::kRead) && overlaps(e, ready)) {
+        } else if ((e.kind == Kind::kWrite && (overlaps(e, ready) || overlaps_input(e, ready))) ||
+                   (e.kind == Kind::kRead && overlaps(e, ready))) {
           std::ostringstream why;
           why << "'" << e.what << "' (compute stream entry " << j << ") "
               << (e.kind == Kind::kWrite ? "writes" : "reads") << " the buffer of " << ready.what
@@ -139,20 +142,22 @@ class StreamModelCommunicator final : public dtl::Communicator {
 
  protected:
   std::unique_ptr<dtl::WorkImpl> do_allreduce(void* buf, const dtl::OpInfo& info) override {
-    return issue(info, buf, info.total_bytes(), [&] { return inner_.allreduce(buf, info.count, info.dtype, info.op); });
+    return issue(info, buf, info.total_bytes(), buf, info.total_bytes(),
+                 [&] { return inner_.allreduce(buf, info.count, info.dtype, info.op); });
   }
   std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
-    return issue(info, buf, info.total_bytes(),
+    return issue(info, buf, info.total_bytes(), buf, info.total_bytes(),
                  [&] { return inner_.broadcast(buf, info.count, info.dtype, info.root); });
   }
   std::unique_ptr<dtl::WorkImpl> do_reduce_scatter(const void* send_buf, void* recv_buf,
                                                    const dtl::OpInfo& info) override {
-    // The output is what later kernels must not touch early; the input must not be written.
-    return issue(info, recv_buf, info.count * dtl::dtype_size(info.dtype),
+    // Writes one block, reads all P blocks.
+    return issue(info, recv_buf, block_bytes(info), send_buf, info.total_bytes(),
                  [&] { return inner_.reduce_scatter(send_buf, recv_buf, info.count, info.dtype, info.op); });
   }
   std::unique_ptr<dtl::WorkImpl> do_allgather(const void* send_buf, void* recv_buf, const dtl::OpInfo& info) override {
-    return issue(info, recv_buf, info.total_bytes(),
+    // Writes all P blocks, reads one.
+    return issue(info, recv_buf, info.total_bytes(), send_buf, block_bytes(info),
                  [&] { return inner_.allgather(send_buf, recv_buf, info.count, info.dtype); });
   }
 
@@ -160,6 +165,11 @@ class StreamModelCommunicator final : public dtl::Communicator {
   static bool overlaps(const Entry& a, const Entry& b) {
     return a.bytes > 0 && b.bytes > 0 && a.begin < b.begin + b.bytes && b.begin < a.begin + a.bytes;
   }
+  // Whether `a`'s buffer overlaps the input of operation `op`.
+  static bool overlaps_input(const Entry& a, const Entry& op) {
+    return a.bytes > 0 && op.in_bytes > 0 && a.begin < op.in_begin + op.in_bytes && op.in_begin < a.begin + a.bytes;
+  }
+  static std::size_t block_bytes(const dtl::OpInfo& info) { return info.count * dtl::dtype_size(info.dtype); }
 
   // The inner Work; on completion, the kDone entry (the compute stream waits for `done` there).
   class Forward final : public dtl::WorkImpl {
@@ -193,9 +203,11 @@ class StreamModelCommunicator final : public dtl::Communicator {
   };
 
   template <typename Issue>
-  std::unique_ptr<dtl::WorkImpl> issue(const dtl::OpInfo& info, const void* buf, std::size_t bytes, Issue&& call) {
+  std::unique_ptr<dtl::WorkImpl> issue(const dtl::OpInfo& info, const void* out, std::size_t out_bytes,
+                                       const void* in, std::size_t in_bytes, Issue&& call) {
     const int op = next_op_++;
-    Entry ready{Kind::kReady, static_cast<const std::byte*>(buf), bytes, op, info.description};
+    Entry ready{Kind::kReady, static_cast<const std::byte*>(out), out_bytes, op, info.description,
+                static_cast<const std::byte*>(in), in_bytes};
     entries_.push_back(ready);
     Entry done = ready;
     done.kind = Kind::kDone;

@@ -25,18 +25,16 @@
 #include <string>
 
 #include "harness/bench/bench.h"
-#include "harness/comm/host_device_communicator.h"
-#include "harness/comm/mpi_communicator.h"
-#include "harness/comm/nccl_communicator.h"
+#include "harness/comm/nccl_comm.h"
 #include "harness/cuda/check.h"
 #include "harness/cuda/device.h"
-#include "harness/cuda/stream.h"
 #include "harness/error.h"
 #include "harness/nn/compute_stream.h"
 #include "harness/nn/layers.h"
 #include "harness/nn/model.h"
 #include "harness/nn/optim.h"
 #include "harness/random.h"
+#include "harness/testing/gpu_training.h"
 #include "lab04/ddp.h"
 
 namespace {
@@ -48,25 +46,10 @@ using dtl::bench::comm;
 constexpr std::int64_t kIn = 256, kHidden = 1024, kClasses = 10, kBatch = 512;
 constexpr int kDepth = 4;
 
-// The GPU, the compute stream and the backend, made by the first GPU row (so that a
-// run filtered to other rows, such as the graded one, creates no NCCL communicator)
+// The device, the compute stream and the backend, made by the first GPU row (so that
+// a run filtered to other rows, such as the graded one, creates no NCCL communicator)
 // and kept for the whole run (at_finish frees them while MPI is still up).
-struct Gpu {
-  explicit Gpu(int device) : device_set(set_device(device)) {
-    auto host = std::make_unique<dtl::MpiCommunicator>(comm(), dtl::MpiMode::kThread);
-    auto nccl = std::make_unique<dtl::NcclCommunicator>(comm(), compute.get());
-    backend = std::make_unique<dtl::HostDeviceCommunicator>(std::move(host), std::move(nccl),
-                                                            dtl::cuda::is_device_pointer);
-  }
-  static bool set_device(int device) {
-    DTL_CUDA_CHECK(cudaSetDevice(device));
-    return true;
-  }
-  bool device_set;
-  dtl::cuda::Stream compute;  // on the device set above
-  std::unique_ptr<dtl::HostDeviceCommunicator> backend;
-};
-std::unique_ptr<Gpu> g_gpu;
+std::unique_ptr<dtl::testing::GpuTraining> g_gpu;
 int g_device = -1;
 
 // One rank's training state on the GPU, as ddp_bench.cc's Trainer.
@@ -105,9 +88,9 @@ struct GpuTrainer {
 };
 
 void overlap_row(benchmark::State& state) {
-  if (!g_gpu) g_gpu = std::make_unique<Gpu>(g_device);  // collective: every rank runs the same rows
-  nn::ComputeStreamScope scope(g_gpu->compute.get());
-  dtl::Communicator& backend = *g_gpu->backend;
+  if (!g_gpu) g_gpu = std::make_unique<dtl::testing::GpuTraining>(comm(), g_device);  // collective: every rank runs the same rows
+  nn::ComputeStreamScope scope(g_gpu->compute_stream());
+  dtl::Communicator& backend = g_gpu->backend();
   const std::size_t cap = std::size_t{4} << 20;
   GpuTrainer overlapped(backend, {.mode = lab04::ReducerMode::kOverlapped, .bucket_cap_bytes = cap});
   GpuTrainer bucketed(backend, {.mode = lab04::ReducerMode::kBucketed, .bucket_cap_bytes = cap});

@@ -2,7 +2,8 @@
 // whose tensors live on the GPU, with its buckets allreduced by NCCL on a side
 // stream, against the single-process CPU oracle of the CPU tests.
 //
-// The set-up, as the handout's "On a GPU: streams and events" draws it:
+// The set-up (dtl::testing::GpuTraining), as the handout's "On a GPU: streams and
+// events" draws it:
 //   - one compute stream (a non-blocking cuda::Stream made the calling thread's
 //     nn::compute_stream()): every layer, zero_grad and the optimizer step queue
 //     their kernels there;
@@ -33,16 +34,9 @@
 #include <string>
 #include <vector>
 
-#include "harness/comm/host_device_communicator.h"
-#include "harness/comm/mpi_communicator.h"
 #include "harness/cuda/device.h"
-#include "harness/cuda/stream.h"
-#include "harness/nn/compute_stream.h"
+#include "harness/testing/gpu_training.h"
 #include "labs/04_bucketed_ddp/tests/ddp_test_util.h"
-
-#if DTL_HAVE_NCCL
-#include "harness/comm/nccl_communicator.h"
-#endif
 
 namespace lab04_test {
 namespace {
@@ -59,26 +53,6 @@ inline constexpr dtl::testing::Tolerance kGpuTolerance{10 * kAbsTolerance, 10 * 
   DTL_SKIP_IF_ANY(gpus == 0, "no GPU on some rank: " + why_no_gpu);                   \
   const auto placement = dtl::gpu_placement(comm());                                  \
   DTL_SKIP_IF_ANY(!placement.nccl_ok, "NCCL cannot run these ranks: " + placement.why_not)
-
-// Everything a GPU run needs, made in this order on every rank: the device, the
-// compute stream on it, the backend that knows that stream. The scope makes the
-// stream nn's compute stream until the end of the test.
-struct GpuSetUp {
-  explicit GpuSetUp(int device) : device_set(set_device(device)), scope(compute.get()) {
-    auto host = std::make_unique<dtl::MpiCommunicator>(comm(), dtl::MpiMode::kThread);
-    auto nccl = std::make_unique<dtl::NcclCommunicator>(comm(), compute.get());
-    backend = std::make_unique<dtl::HostDeviceCommunicator>(std::move(host), std::move(nccl),
-                                                            dtl::cuda::is_device_pointer);
-  }
-  static bool set_device(int device) {
-    DTL_CUDA_CHECK(cudaSetDevice(device));
-    return true;
-  }
-  bool device_set;
-  dtl::cuda::Stream compute;
-  nn::ComputeStreamScope scope;
-  std::unique_ptr<dtl::HostDeviceCommunicator> backend;
-};
 
 // ddp() of ddp_test_util.h with the model, the batches and the optimizer on the GPU.
 std::vector<float> gpu_ddp(dtl::Communicator& backend, const DdpRun& run, std::uint64_t seed,
@@ -127,12 +101,12 @@ class DdpGpu : public ::testing::TestWithParam<GpuCase> {};
 TEST_P(DdpGpu, MatchesTheSingleProcessCpuRun) {
   SKIP_WITHOUT_NCCL_GPU();
   const GpuCase c = GetParam();
-  GpuSetUp gpu(placement.device);
-  RecordingCommunicator backend(*gpu.backend);
+  dtl::testing::GpuTraining gpu(comm(), placement.device);
+  RecordingCommunicator backend(gpu.backend());
   DdpRun run{.model = c.model, .opt = OptKind::kSgd, .micro_steps = c.micro_steps};
   run.reducer.mode = c.mode;
   const std::string what = std::string(model_name(c.model)) + ", " + lab04::reducer_mode_name(c.mode) + ", " +
-                           std::to_string(c.micro_steps) + " micro-step(s), on " + gpu.backend->name();
+                           std::to_string(c.micro_steps) + " micro-step(s), on " + gpu.backend().name();
   std::size_t buckets = 0;
   const std::vector<float> got = gpu_ddp(backend, run, 42, &buckets);
   EXPECT_TRUE(dtl::testing::close_to(single_process(c.model, OptKind::kSgd, 42, c.micro_steps), got, what,
@@ -162,11 +136,11 @@ INSTANTIATE_TEST_SUITE_P(Nccl, DdpGpu,
 // The parameters broadcast by NCCL from rank 0's device copy, bit for bit.
 TEST(BroadcastParametersGpu, EveryRankGetsRankZerosParameters) {
   SKIP_WITHOUT_NCCL_GPU();
-  GpuSetUp gpu(placement.device);
+  dtl::testing::GpuTraining gpu(comm(), placement.device);
   nn::Model model = make_model(ModelKind::kMlp, 7 + static_cast<std::uint64_t>(comm().rank()));
   model.to(nn::Device::kCuda);
   model.flatten_values();
-  lab04::broadcast_parameters(*gpu.backend, model, 0);
+  lab04::broadcast_parameters(gpu.backend(), model, 0);
   const nn::Tensor host = model.flat_values().to(nn::Device::kCpu);
   const auto got = host.span<float>();
   const std::vector<float> want = initial_parameters(ModelKind::kMlp, 7);
