@@ -54,16 +54,22 @@ inline constexpr dtl::testing::Tolerance kGpuTolerance{10 * kAbsTolerance, 10 * 
   const auto placement = dtl::gpu_placement(comm());                                  \
   DTL_SKIP_IF_ANY(!placement.nccl_ok, "NCCL cannot run these ranks: " + placement.why_not)
 
+// What gpu_ddp() saw while the model was alive (a freed device pointer is no longer one).
+struct GpuRunInfo {
+  std::size_t buckets = 0;       // the Reducer's buckets
+  int device_allreduces = 0;     // allreduces of device memory that `backend` recorded
+};
+
 // ddp() of ddp_test_util.h with the model, the batches and the optimizer on the GPU.
-std::vector<float> gpu_ddp(dtl::Communicator& backend, const DdpRun& run, std::uint64_t seed,
-                           std::size_t* buckets = nullptr) {
+std::vector<float> gpu_ddp(RecordingCommunicator& backend, const DdpRun& run, std::uint64_t seed,
+                           GpuRunInfo* info) {
   const int rank = backend.rank(), size = backend.world_size();
   nn::Model model = make_model(run.model, seed + static_cast<std::uint64_t>(rank) * 1000);
   model.to(nn::Device::kCuda);
   model.flatten_values();
   lab04::broadcast_parameters(backend, model, 0);
   lab04::Reducer reducer(backend, model, with_buckets(model, run.reducer));
-  if (buckets != nullptr) *buckets = reducer.buckets().size();
+  info->buckets = reducer.buckets().size();
   nn::Sgd sgd({.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.0f}, model.parameter_count(), nn::Device::kCuda);
   nn::SoftmaxCrossEntropy ce;
   const std::int64_t b = kGlobalBatch / size;
@@ -84,6 +90,9 @@ std::vector<float> gpu_ddp(dtl::Communicator& backend, const DdpRun& run, std::u
     }
     reducer.finish();
     sgd.step(model.flat_values(), model.flat_grads());
+  }
+  for (const auto& op : backend.ops(dtl::CollectiveKind::kAllreduce)) {
+    info->device_allreduces += dtl::cuda::is_device_pointer(op.send) ? 1 : 0;
   }
   const nn::Tensor host = model.flat_values().to(nn::Device::kCpu);
   const auto p = host.span<float>();
@@ -107,17 +116,13 @@ TEST_P(DdpGpu, MatchesTheSingleProcessCpuRun) {
   run.reducer.mode = c.mode;
   const std::string what = std::string(model_name(c.model)) + ", " + lab04::reducer_mode_name(c.mode) + ", " +
                            std::to_string(c.micro_steps) + " micro-step(s), on " + gpu.backend().name();
-  std::size_t buckets = 0;
-  const std::vector<float> got = gpu_ddp(backend, run, 42, &buckets);
+  GpuRunInfo info;
+  const std::vector<float> got = gpu_ddp(backend, run, 42, &info);
   EXPECT_TRUE(dtl::testing::close_to(single_process(c.model, OptKind::kSgd, 42, c.micro_steps), got, what,
                                      kGpuTolerance, "the single-process CPU run, batch " + std::to_string(kGlobalBatch)));
   // Every gradient allreduce went to NCCL, on device memory: one per bucket per step.
-  int device_allreduces = 0;
-  for (const auto& op : backend.ops(dtl::CollectiveKind::kAllreduce)) {
-    device_allreduces += dtl::cuda::is_device_pointer(op.send) ? 1 : 0;
-  }
-  EXPECT_EQ(device_allreduces, kSteps * static_cast<int>(buckets)) << what;
-  EXPECT_EQ(backend.count(dtl::CollectiveKind::kAllreduce), device_allreduces)
+  EXPECT_EQ(info.device_allreduces, kSteps * static_cast<int>(info.buckets)) << what;
+  EXPECT_EQ(backend.count(dtl::CollectiveKind::kAllreduce), info.device_allreduces)
       << what << ": an allreduce of host memory (gradients left on the CPU?)";
 }
 
