@@ -88,7 +88,8 @@ struct GpuTrainer {
 };
 
 void overlap_row(benchmark::State& state) {
-  if (!g_gpu) g_gpu = std::make_unique<dtl::testing::GpuTraining>(comm(), g_device);  // collective: every rank runs the same rows
+  // Collective (every rank runs the same rows): the first GPU row makes the backend.
+  if (!g_gpu) g_gpu = std::make_unique<dtl::testing::GpuTraining>(comm(), g_device);
   nn::ComputeStreamScope scope(g_gpu->compute_stream());
   dtl::Communicator& backend = g_gpu->backend();
   const std::size_t cap = std::size_t{4} << 20;
