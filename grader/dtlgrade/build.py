@@ -19,13 +19,22 @@ from pathlib import Path
 from . import prebuilt
 from .lab import ROOT, Lab
 from .process import RunResult, run_capped
+from .runner import gpu_available
 
 BUILD_TIMEOUT = 900                 # seconds for configure, and again for build
 
 
+def cuda_wanted(lab: Lab) -> bool:
+    """CUDA in a grading's build: for the lab's own CUDA code (`cuda = true`: lab 03),
+    or for its GPU items where a GPU can run them (lab 04's GPU path needs dtl::cuda
+    and NCCL, not nvcc for src/). Without a GPU such a lab builds as it always did,
+    without CUDA, and its GPU items are reported as not gradable."""
+    return lab.needs_cuda or (any(i.gpu for i in lab.items) and gpu_available())
+
+
 def configure_args(lab: Lab, tree: Path) -> list[str]:
     """CMake's options of a grading's build of `tree` (only the lab and the labs it links)."""
-    cuda = "ON" if lab.needs_cuda else "OFF"
+    cuda = "ON" if cuda_wanted(lab) else "OFF"
     return ["-G", "Ninja", f"-DDTL_LABS={lab.number}", f"-DDTL_ENABLE_CUDA={cuda}", "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
             f"-DDTL_HIDDEN_DIR={tree / 'grader' / 'hidden'}"]
 

@@ -109,6 +109,9 @@ ITEM_PREFIXES = {
     "lab03_reduce_scatter": ("B. ring reduce-scatter",),
     "lab03_allreduce": ("B. ring allreduce",),
     "lab03_gpu": ("Part 2 ",),
+    # Labs 04 and 06 (grader/rubrics/04.toml, 06.toml): their one GPU item each.
+    "lab04_gpu": ("GPU: ",),
+    "lab06_gpu": ("GPU: ",),
 }
 
 # Whole-run bound for one grading in a test; a grader that takes longer has hung.
@@ -355,6 +358,12 @@ def speed_left_out(test: dict) -> bool:
             and test["output"].startswith(SPEED_LEFT_OUT))
 
 
+def gpu_left_out(test: dict) -> bool:
+    """Whether a JSON test is a GPU item reported, not graded, on a machine without a
+    GPU (grader/dtlgrade/score.py, not_gradable_row()): out of the total, neither 0 nor full."""
+    return test["max_score"] == 0 and test["score"] == 0 and test["output"].startswith("not gradable without a GPU")
+
+
 def clipped(text: str, head: int = 1500, tail: int = 2500) -> str:
     """`text` whole when short, else its first `head` and last `tail` characters:
     an item's output opens with what failed and ends with the ranks' last words."""
@@ -384,11 +393,13 @@ class GraderAssertions:
         self.assertGradescopeJson(run)
         self.assertEqual(run.json["score"], 0)
         # A speed item may be left out (fewer cores than its ranks): not scored, no status.
-        self.assertZero([t for t in run.json["tests"] if not speed_left_out(t)])
+        self.assertZero([t for t in run.json["tests"] if not speed_left_out(t) and not gpu_left_out(t)])
         self.assertLess(run.grading_seconds, seconds, "the skeleton must fail fast, not time out")
         self.assertNotIn("TIMEOUT", run.output)
         self.assertNotIn("CRASHED", run.output)
         for t in run.json["tests"]:
+            if gpu_left_out(t):  # a GPU item without a GPU: reported, not run
+                continue
             if t["name"].startswith("Speed:"):  # speed counts only once the items it requires pass
                 if not speed_left_out(t):
                     self.assertIn("speed counts only for a correct solution", t["output"], t["name"])
@@ -429,7 +440,7 @@ class GraderAssertions:
         out of the total with its reason (speed_left_out()), never scored lower."""
         self.assertTrue(tests, "no items to check")
         for t in tests:
-            if speed_left_out(t):
+            if speed_left_out(t) or gpu_left_out(t):
                 continue
             self.assertEqual(t["status"], "passed", f"{t['name']}:\n{clipped(t['output'])}")
             self.assertEqual(t["score"], t["max_score"], t["name"])

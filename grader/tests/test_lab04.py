@@ -1,5 +1,6 @@
 """Lab 04 end to end: `grade.py 04 --reference` gives 120 / 120 (100 public, 10
-for speed, 10 example hidden), with lab 03's reference ring as the ring backend;
+for speed, 10 example hidden; 130 / 130 with the GPU item where there is a GPU,
+which elsewhere is reported as not gradable), with lab 03's reference ring as the ring backend;
 `--skeleton` gives 0 fast, every item saying what is not implemented yet. A
 correct reducer that sends nothing before backward is over (every bucket held
 back until the step's last gradient, then all issued from that hook) passes the
@@ -15,6 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import helpers  # noqa: E402
+from dtlgrade.runner import gpu_available  # noqa: E402
+
+HAVE_GPU = gpu_available()
 
 
 # The reference's hook with the launch held back until every bucket is complete:
@@ -51,7 +55,15 @@ class TestLab04Reference(helpers.GraderAssertions, unittest.TestCase):
         self.assertGreater(self.load_share, MIN_SHARE, "the load was not there")
 
     def test_full_marks(self):
-        self.assertReferenceFullMarks(self.graded, 120)
+        self.assertReferenceFullMarks(self.graded, 130 if HAVE_GPU else 120)
+
+    def test_the_gpu_item_is_not_gradable_without_a_gpu(self):
+        if HAVE_GPU:
+            self.skipTest("a GPU is present: the GPU item is graded")
+        gpu_items = self.graded.items("lab04_gpu")
+        self.assertEqual(len(gpu_items), 1)
+        self.assertEqual(gpu_items[0]["max_score"], 0)
+        self.assertIn("not gradable without a GPU", gpu_items[0]["output"])
 
     def test_a_reducer_that_holds_its_buckets_back_loses_the_speed_item_only(self):
         # In the kept tree (graded as the reference): the fault rebuilt into the

@@ -1,5 +1,6 @@
 """Lab 06 end to end: `grade.py 06 --reference` gives 120 / 120 (100 public points,
-10 for speed and 10 example hidden ones, no GPU item); `--skeleton` gives 0 fast,
+10 for speed and 10 example hidden ones; 130 / 130 with the GPU item where there is a
+GPU, which elsewhere is reported as not gradable); `--skeleton` gives 0 fast,
 every item saying what is not implemented yet. An FSDP that ignores `prefetch`
 (each unit's gather issued and waited for in its own hook) still equals one
 process, fails the prefetch tests, and loses the speed item by the ratio it
@@ -11,6 +12,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import helpers  # noqa: E402
+from dtlgrade.runner import gpu_available  # noqa: E402
+
+HAVE_GPU = gpu_available()
 
 
 # The reference's gather_for_use() with the prefetch loop never entered.
@@ -61,7 +65,8 @@ class TestLab06Reference(helpers.GraderAssertions, unittest.TestCase):
         self.assertGreaterEqual(speed.details["ratio"], 1.4, speed.output)
 
     def test_full_marks(self):
-        self.assertReferenceFullMarks(self.graded, 120, items=16)  # 12 public items + 1 speed + 3 example hidden
+        # 12 public items + 1 GPU item + 1 speed + 3 example hidden
+        self.assertReferenceFullMarks(self.graded, 130 if HAVE_GPU else 120, items=17)
 
 
 class TestLab06Skeleton(helpers.GraderAssertions, unittest.TestCase):

@@ -21,6 +21,16 @@ int gpu_count(std::string* why) {
   return count;
 }
 
+bool is_device_pointer(const void* ptr) noexcept {
+  if (ptr == nullptr) return false;
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+    cudaGetLastError();  // clear it: an unknown pointer is host memory here
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+}
+
 DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
   if (bytes > 0) DTL_CUDA_CHECK(cudaMalloc(&data_, bytes));
 }

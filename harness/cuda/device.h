@@ -14,6 +14,14 @@ namespace dtl::cuda {
 /// @return the number of GPUs (0 on any error).
 int gpu_count(std::string* why = nullptr);
 
+/// @brief Whether `ptr` points into device memory (cudaMalloc, cudaMallocAsync or
+/// managed), as cudaPointerGetAttributes says; host memory, pinned or not, and any
+/// error (no GPU, no driver) mean false. What HostDeviceCommunicator routes by
+/// (Note [Host and device buffers] in harness/comm/host_device_communicator.h).
+/// @param[in] ptr any pointer.
+/// @return true for device (or managed) memory.
+bool is_device_pointer(const void* ptr) noexcept;
+
 /// @brief Device memory owned by this object: move-only, freed in the destructor.
 class DeviceBuffer {
  public:

@@ -52,7 +52,8 @@ void broadcast_parameters(Communicator& backend, nn::Model& model, int root) {
   // TODO(student): On return every rank's parameter values equal rank `root`'s, bit for bit; the models
   //   are checked to agree first (check_model_agreement()). A flattened model
   //   (model.flat_values().defined()) is one buffer; the broadcasts may all be in flight at
-  //   once, and all have finished on return (handout Task A).
+  //   once, and all have finished on return. The values may live on a GPU, where span()
+  //   throws (handout Task A, and "On a GPU: streams and events").
   throw dtl::NotImplemented("broadcast_parameters");
 }
 

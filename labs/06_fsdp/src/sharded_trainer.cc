@@ -64,6 +64,17 @@ ShardedTrainer::ShardedTrainer(Communicator& backend, nn::Model& model, ShardedO
   DTL_REQUIRE_ARG(!options_.offload || fsdp, fn, "options.offload",
                   std::string("is set in ") + sharding_mode_name(options_.mode) +
                       "; CPU offload is FSDP's (ZeRO-1/2 keep full parameters on the device)");
+  // On a GPU (the handout's "On a GPU"): the shards, gradient shards and optimizer
+  // state live there too, and the collectives are NCCL's on device memory. The
+  // 16-bit rounding and fp16's found-inf check are written on host memory here,
+  // and offload copies between host and device around them: both stay CPU-only.
+  const std::vector<nn::Parameter*> all_params = model.parameters();
+  compute_device_ = all_params.empty() ? nn::Device::kCpu : all_params.front()->value.device();
+  if (compute_device_ == nn::Device::kCuda) {
+    DTL_REQUIRE_ARG(pd == nn::DType::kF32 && !options_.offload, fn, "options",
+                    "asks for a 16-bit param_dtype or offload on a GPU model; the GPU path of this lab is f32 "
+                    "without offload");
+  }
   const int units = model.unit_count();
   DTL_REQUIRE_ARG(options_.layouts.empty() || static_cast<int>(options_.layouts.size()) == units, fn,
                   "options.layouts",
@@ -91,6 +102,7 @@ ShardedTrainer::ShardedTrainer(Communicator& backend, nn::Model& model, ShardedO
   //   owns storage, what is released), every rank starting from rank 0's values, with shard,
   //   grad_shard and the optimizer's state on state_device() and the optimizer over `shard`
   //   elements (Note [ZeRO stages]; Modes/Memory.* checks the bytes exactly; handout Task B).
+  //   The buffers may live on a GPU, where span() throws.
   throw dtl::NotImplemented("ShardedTrainer::ShardedTrainer");
 
   // The hooks: the parameter side (task C, FSDP only) around the gradient side
@@ -151,7 +163,8 @@ void ShardedTrainer::wait_reduce(int u) {
 }
 
 void ShardedTrainer::optimizer_step() {
-  // TODO(student): Every unit's optimizer steps its shard with its grad_shard.
+  // TODO(student): Every unit's optimizer steps its shard with its grad_shard, where they live (on a
+  //   GPU: a kernel on the compute stream).
   throw dtl::NotImplemented("ShardedTrainer::optimizer_step");
 }
 

@@ -102,14 +102,19 @@ void broadcast_parameters(Communicator& backend, nn::Model& model, int root) {
   // | On return every rank's parameter values equal rank `root`'s, bit for bit; the models
   // | are checked to agree first (check_model_agreement()). A flattened model
   // | (model.flat_values().defined()) is one buffer; the broadcasts may all be in flight at
-  // | once, and all have finished on return (handout Task A).
+  // | once, and all have finished on return. The values may live on a GPU, where span()
+  // | throws (handout Task A, and "On a GPU: streams and events").
   check_model_agreement(backend, model);
   std::vector<Work> pending;
+  const auto broadcast = [&](const nn::Tensor& values) {
+    pending.push_back(
+        backend.broadcast(values.data<float>(), static_cast<std::size_t>(values.numel()), DType::kF32, root));
+  };
   const nn::Tensor& flat = model.flat_values();
   if (flat.defined()) {
-    pending.push_back(backend.broadcast(flat.span<float>(), root));
+    broadcast(flat);
   } else {
-    for (nn::Parameter* p : model.parameters()) pending.push_back(backend.broadcast(p->value.span<float>(), root));
+    for (nn::Parameter* p : model.parameters()) broadcast(p->value);
   }
   for (Work& w : pending) w.wait();
   // END SOLUTION

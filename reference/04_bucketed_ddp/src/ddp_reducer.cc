@@ -44,6 +44,21 @@
 // and divides once, at the end, in the backend (lab 03's rule). Dividing each
 // rank's gradient by W before a sum gives the same result up to rounding; it
 // costs a pass over the gradients, but keeps fp16 sums from overflowing (lab 05).
+//
+// Note [On a GPU, the issue is the event]
+// ---------------------------------------
+// With the model on a GPU, grad_ready fires when the kernels that compute the
+// gradient are *queued* on the compute stream, not done. launch() is then the
+// one place that orders communication after compute: NCCL's allreduce()
+// records an event on the compute stream at the call and runs after it on a
+// side stream (Note [Why a side stream] in harness/comm/nccl_communicator.h).
+// Issued from the grad_ready of the bucket's last gradient, the event stands
+// right after the kernels that wrote the bucket; issued earlier, it would
+// reduce gradients not yet written. finish()'s waits make the compute stream
+// wait for each allreduce's completion, so the optimizer step queued after
+// finish() reads averaged gradients. The same code runs on both devices;
+// tests/stream_order_test.cc checks the order on the CPU (handout, "On a GPU:
+// streams and events").
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
@@ -163,6 +178,7 @@ void Reducer::launch_ready_buckets() {
   // END SOLUTION
 }
 
+// See Note [On a GPU, the issue is the event].
 void Reducer::launch(std::size_t bucket) {
   const Bucket& bk = buckets_[bucket];
   if (bucket == 0) stats_ = StepStats{};

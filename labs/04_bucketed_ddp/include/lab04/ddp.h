@@ -33,7 +33,10 @@
 ///
 /// Every communication goes through dtl::Communicator (harness/comm/communicator.h),
 /// so the same reducer runs over Open MPI, the lab-03 ring or the alpha-beta
-/// network emulator (EmulatedCommunicator: results labelled "emulated").
+/// network emulator (EmulatedCommunicator: results labelled "emulated"), and, with
+/// the model on a GPU, over NCCL, its allreduces on a side stream ordered after
+/// backward's kernels by events (the handout's "On a GPU: streams and events";
+/// Note [On a GPU, the issue is the event] in src/ddp_reducer.cc).
 ///
 /// Do not edit this header: the grader compiles your src/ against its own copy.
 #pragma once

@@ -451,8 +451,12 @@ class ShardedTrainer {
   /// @return the model.
   nn::Model& model() noexcept { return model_; }
   /// @brief Where the shards and the optimizer state live (Note [CPU offload]).
-  /// @return Device::kPinnedHost with options().offload, else Device::kCpu.
-  nn::Device state_device() const noexcept { return options_.offload ? nn::Device::kPinnedHost : nn::Device::kCpu; }
+  /// @return Device::kPinnedHost with options().offload, else compute_device().
+  nn::Device state_device() const noexcept { return options_.offload ? nn::Device::kPinnedHost : compute_device_; }
+  /// @brief Where the model computes: Device::kCpu, or Device::kCuda for a model moved
+  /// to the GPU before the trainer was made (the handout's "On a GPU").
+  /// @return the device of the model's parameters.
+  nn::Device compute_device() const noexcept { return compute_device_; }
 
   /// @brief Replaces the optimizer step count (a checkpoint's). Every shard's optimizer follows it.
   /// @param[in] steps >= 0.
@@ -481,6 +485,7 @@ class ShardedTrainer {
   std::vector<UnitState> units_;
   std::vector<int> reduce_order_;  // units whose reduce-scatter is in flight, oldest first
   float scale_ = 1.0f;
+  nn::Device compute_device_ = nn::Device::kCpu;  // the model's parameters' device
   std::int64_t steps_ = 0;
   StepResult current_;            // the step being run (counts)
   int in_flight_ = 0;             // gathers issued and not yet waited for
