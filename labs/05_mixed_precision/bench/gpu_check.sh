@@ -23,7 +23,7 @@ for run in 1 2; do
   step "nccl-np2-$run" 120 mpirun -n 2 -x NCCL_DEBUG=WARN "$lab/lab05_reference_gpu" --gtest_filter='GpuNccl.*'
 done
 if command -v compute-sanitizer >/dev/null; then
-  step memcheck-np1 240 compute-sanitizer --tool memcheck "$lab/lab05_reference_gpu" --gtest_filter='GpuNccl.*'
+  step memcheck-np1 240 mpirun -n 1 compute-sanitizer --tool memcheck "$lab/lab05_reference_gpu" --gtest_filter='GpuNccl.*'
 else
   echo "no compute-sanitizer: memcheck skipped" | tee -a "$summary"
 fi
