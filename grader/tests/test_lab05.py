@@ -1,7 +1,7 @@
 """Lab 05 end to end: `grade.py 05 --reference` gives 120 / 120 without a GPU
-(100 public CPU points, 10 for speed and 10 example hidden ones; the 5-point GPU
-item is reported as "not gradable without a GPU" and left out of the total),
-125 / 125 with one; `--skeleton` gives 0 fast, every item saying what is not implemented yet;
+(100 public CPU points, 10 for speed and 10 example hidden ones; the two 5-point GPU
+items are reported as "not gradable without a GPU" and left out of the total),
+130 / 130 with one; `--skeleton` gives 0 fast, every item saying what is not implemented yet;
 one fault in one task costs that task's items (and "A+B+C") only; the handout's
 points table lists every rubric item (public, GPU and hidden) with its points."""
 import re
@@ -49,10 +49,10 @@ class TestLab05Reference(helpers.GraderAssertions, unittest.TestCase):
     def test_full_marks_for_what_this_machine_can_grade(self):
         self.assertEqual(self.graded.returncode, 0, self.graded.output[-3000:])
         self.assertGradescopeJson(self.graded)
-        self.assertEqual(self.graded.json["score"], (125 if HAVE_GPU else 120) - self.graded.speed_out())
-        self.assertEqual(self.graded.json["max_score"], (125 if HAVE_GPU else 120) - self.graded.speed_out())
-        # 10 CPU items (A1-C4 and A+B+C) + 1 GPU item + 1 speed item + 3 example hidden items
-        self.assertEqual(len(self.graded.json["tests"]), 15)
+        self.assertEqual(self.graded.json["score"], (130 if HAVE_GPU else 120) - self.graded.speed_out())
+        self.assertEqual(self.graded.json["max_score"], (130 if HAVE_GPU else 120) - self.graded.speed_out())
+        # 10 CPU items (A1-C4 and A+B+C) + 2 GPU items + 1 speed item + 3 example hidden items
+        self.assertEqual(len(self.graded.json["tests"]), 16)
         self.assertFullMarks(gradable(self.graded.json["tests"]))
 
 

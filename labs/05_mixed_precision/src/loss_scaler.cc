@@ -22,6 +22,7 @@
 #include "harness/error.h"
 #include "harness/nn/half.h"
 #include "lab05/mixed.h"
+#include "mixed_device.h"
 
 namespace dtl::lab05 {
 
@@ -32,6 +33,9 @@ RoundStats round_to_half(const nn::Tensor& dst, const nn::Tensor& src) {
                   "round_to_half", "dst", "must be an f16, bf16 or f32 tensor");
   DTL_REQUIRE_ARG(dst.numel() == src.numel(), "round_to_half", "dst",
                   "has " + std::to_string(dst.numel()) + " elements, src has " + std::to_string(src.numel()));
+  DTL_REQUIRE_ARG(dst.device() == src.device(), "round_to_half", "dst", "is not on src's device");
+  // Tensors on the GPU: the same rounding and counts, in a kernel (given/mixed_device.h).
+  if (src.device() == nn::Device::kCuda) return round_to_half_on_device(dst, src);
   RoundStats stats;
   stats.count = src.numel();
   // TODO(student): Store every src value rounded to dst's dtype (f16, bf16, or f32 unchanged) into dst,
@@ -46,13 +50,16 @@ bool LossScaler::unscale_and_check(Communicator& backend, const nn::Tensor& grad
   DTL_REQUIRE_ARG(grads.defined() && (grads.dtype() == nn::DType::kF16 || grads.dtype() == nn::DType::kBF16 ||
                                       grads.dtype() == nn::DType::kF32),
                   "LossScaler::unscale_and_check", "grads", "must be an f16, bf16 or f32 tensor");
-  DTL_REQUIRE_ARG(out.defined() && out.dtype() == nn::DType::kF32 && out.numel() == grads.numel(),
+  DTL_REQUIRE_ARG(out.defined() && out.dtype() == nn::DType::kF32 && out.numel() == grads.numel() &&
+                      out.device() == grads.device(),
                   "LossScaler::unscale_and_check", "out",
-                  "must be an f32 tensor of " + std::to_string(grads.numel()) + " elements");
+                  "must be an f32 tensor of " + std::to_string(grads.numel()) + " elements on grads' device");
   // TODO(student): out = grads unscaled into fp32 exactly as the header's unscale_and_check() says (the
   //   unscale in fp32, so that gradients below 16-bit range come out exact); return true on
   //   EVERY rank of backend if any rank's out holds an inf or NaN, agreed with one int32
-  //   allreduce (handout Task B, Note [Loss scaling]). Argument checks are written above.
+  //   allreduce on a flag that lives where the gradients do (zeroed_flag(flag_, ...); on the
+  //   GPU unscale_on_device() sets it and read_flag() reads it once, after the allreduce)
+  //   (handout Task B, Note [Loss scaling], Note [The GPU step]). Argument checks are written above.
   throw dtl::NotImplemented("LossScaler::unscale_and_check");
 }
 

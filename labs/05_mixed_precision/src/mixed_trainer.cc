@@ -29,6 +29,7 @@
 
 #include "harness/error.h"
 #include "lab05/mixed.h"
+#include "mixed_device.h"
 #include "mixed_setup.h"
 
 namespace dtl::lab05 {
@@ -57,7 +58,8 @@ StepResult MixedPrecisionTrainer::step(const nn::Tensor& x, const nn::Tensor& ta
   const bool half = options_.precision != Precision::kF32;
   // TODO(student): One step exactly as the class comment of MixedPrecisionTrainer lists it, filling every
   //   field of `result` (returned below; scale is set above) (the loss averaged over ranks in
-  //   fp64; buckets of at most bucket_cap_bytes). A step any rank found an inf in is skipped
+  //   fp64 with mean_over_ranks(), which takes the model's device; buckets of at most
+  //   bucket_cap_bytes). A step any rank found an inf in is skipped
   //   on every rank: weights and AdamW state untouched, only the scaler updated. Master and
   //   working copy stay bit-identical on all ranks. Reach tasks A and B only through
   //   round_grads(), average_bucket() and scaler_ (see StepHooks): the grading tests put

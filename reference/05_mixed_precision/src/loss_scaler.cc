@@ -22,6 +22,7 @@
 #include "harness/error.h"
 #include "harness/nn/half.h"
 #include "lab05/mixed.h"
+#include "mixed_device.h"
 
 namespace dtl::lab05 {
 
@@ -32,6 +33,9 @@ RoundStats round_to_half(const nn::Tensor& dst, const nn::Tensor& src) {
                   "round_to_half", "dst", "must be an f16, bf16 or f32 tensor");
   DTL_REQUIRE_ARG(dst.numel() == src.numel(), "round_to_half", "dst",
                   "has " + std::to_string(dst.numel()) + " elements, src has " + std::to_string(src.numel()));
+  DTL_REQUIRE_ARG(dst.device() == src.device(), "round_to_half", "dst", "is not on src's device");
+  // Tensors on the GPU: the same rounding and counts, in a kernel (given/mixed_device.h).
+  if (src.device() == nn::Device::kCuda) return round_to_half_on_device(dst, src);
   RoundStats stats;
   stats.count = src.numel();
   // BEGIN SOLUTION(round_to_half)
@@ -76,35 +80,46 @@ bool LossScaler::unscale_and_check(Communicator& backend, const nn::Tensor& grad
   DTL_REQUIRE_ARG(grads.defined() && (grads.dtype() == nn::DType::kF16 || grads.dtype() == nn::DType::kBF16 ||
                                       grads.dtype() == nn::DType::kF32),
                   "LossScaler::unscale_and_check", "grads", "must be an f16, bf16 or f32 tensor");
-  DTL_REQUIRE_ARG(out.defined() && out.dtype() == nn::DType::kF32 && out.numel() == grads.numel(),
+  DTL_REQUIRE_ARG(out.defined() && out.dtype() == nn::DType::kF32 && out.numel() == grads.numel() &&
+                      out.device() == grads.device(),
                   "LossScaler::unscale_and_check", "out",
-                  "must be an f32 tensor of " + std::to_string(grads.numel()) + " elements");
+                  "must be an f32 tensor of " + std::to_string(grads.numel()) + " elements on grads' device");
   // BEGIN SOLUTION(LossScaler::unscale_and_check)
   // | out = grads unscaled into fp32 exactly as the header's unscale_and_check() says (the
   // | unscale in fp32, so that gradients below 16-bit range come out exact); return true on
   // | EVERY rank of backend if any rank's out holds an inf or NaN, agreed with one int32
-  // | allreduce (handout Task B, Note [Loss scaling]). Argument checks are written above.
+  // | allreduce on a flag that lives where the gradients do (zeroed_flag(flag_, ...); on the
+  // | GPU unscale_on_device() sets it and read_flag() reads it once, after the allreduce)
+  // | (handout Task B, Note [Loss scaling], Note [The GPU step]). Argument checks are written above.
+  // One flag per rank, on the gradients' device: set by the unscale, then summed
+  // over the ranks by ONE one-element allreduce (a sum of 0/1 flags is their OR;
+  // NCCL and MPI both sum i32). Only the agreed flag comes back to the host.
   const float inv = 1.0f / scale_;
-  float* o = out.data<float>();
-  const auto n = static_cast<std::size_t>(grads.numel());
-  bool found = false;
-  auto put = [&](std::size_t i, float g) {
-    o[i] = g * inv;
-    found = found || !std::isfinite(o[i]);
-  };
-  if (grads.dtype() == nn::DType::kF16) {
-    const nn::f16* g = grads.data<nn::f16>();
-    for (std::size_t i = 0; i < n; ++i) put(i, static_cast<float>(g[i]));
-  } else if (grads.dtype() == nn::DType::kBF16) {
-    const nn::bf16* g = grads.data<nn::bf16>();
-    for (std::size_t i = 0; i < n; ++i) put(i, static_cast<float>(g[i]));
+  const nn::Tensor& flag = zeroed_flag(flag_, grads.device());
+  if (grads.device() == nn::Device::kCuda) {
+    unscale_on_device(grads, out, inv, flag);  // the kernel sets flag[0] = 1 on an inf or NaN
   } else {
-    const float* g = grads.data<float>();
-    for (std::size_t i = 0; i < n; ++i) put(i, g[i]);
+    float* o = out.data<float>();
+    const auto n = static_cast<std::size_t>(grads.numel());
+    bool found = false;
+    auto put = [&](std::size_t i, float g) {
+      o[i] = g * inv;
+      found = found || !std::isfinite(o[i]);
+    };
+    if (grads.dtype() == nn::DType::kF16) {
+      const nn::f16* g = grads.data<nn::f16>();
+      for (std::size_t i = 0; i < n; ++i) put(i, static_cast<float>(g[i]));
+    } else if (grads.dtype() == nn::DType::kBF16) {
+      const nn::bf16* g = grads.data<nn::bf16>();
+      for (std::size_t i = 0; i < n; ++i) put(i, static_cast<float>(g[i]));
+    } else {
+      const float* g = grads.data<float>();
+      for (std::size_t i = 0; i < n; ++i) put(i, g[i]);
+    }
+    flag.data<std::int32_t>()[0] = found ? 1 : 0;
   }
-  std::int32_t flag = found ? 1 : 0;
-  backend.allreduce_blocking(std::span<std::int32_t>(&flag, 1), ReduceOp::kSum);
-  return flag > 0;
+  backend.allreduce(flag.raw(), 1, DType::kI32, ReduceOp::kSum).wait();
+  return read_flag(flag) > 0;
   // END SOLUTION
 }
 

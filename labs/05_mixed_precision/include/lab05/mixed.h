@@ -24,9 +24,12 @@
 /// and, given (labs/05_mixed_precision/given/, compiled into both builds, not yours to edit):
 ///   - half_communicator.cc  HalfSumCommunicator: Open MPI with your reduce_half_sum()
 ///                           as a user-defined MPI reduction, and make_communicator().
+///   - mixed_device.{h,cu}   the device half of your loops (Note [The GPU step]): a kernel
+///                           per loop, with mixed_device_math.h's per-element arithmetic.
 ///
 /// See Note [fp16 and bf16], Note [Loss scaling], Note [Master weights],
-/// Note [Where to divide] and Note [Compute copies] below; the handout refers to them.
+/// Note [Where to divide], Note [Compute copies] and Note [The GPU step] below; the
+/// handout refers to them.
 ///
 /// Do not edit this header: the grader compiles your src/ against its own copy.
 #pragma once
@@ -131,6 +134,29 @@ namespace dtl::lab05 {
 // were rounded to 16 bits, and the gradients are rounded to 16 bits before
 // anything else reads them. What is not emulated: 16-bit activations (the
 // activations stay f32) and the rounding inside a 16-bit GEMM.
+
+// Note [The GPU step]
+// ~~~~~~~~~~~~~~~~~~~
+// The same src/ files train on a GPU: move the model there first
+// (model.to(nn::Device::kCuda)), give the trainer an NCCL backend
+// (make_communicator("nccl")) and device batches. Every buffer of Note [Master
+// weights] is then allocated on the model's device, and each loop of yours over
+// host memory has a kernel in given/mixed_device.h with the same per-element
+// arithmetic (given/mixed_device_math.h, which CI checks on the host). One step
+// on one rank, two streams:
+//
+//   compute: fwd/bwd (x S) | round16 | .. wait(done_b) .. | unscale -> flag | wait(done_f) | AdamW, round16 | ...
+//                         [ready_b]                                  [ready_f]
+//   NCCL:        wait(ready_b) allreduce 16-bit bucket b [done_b]  wait(ready_f) allreduce(flag, 1 x i32) [done_f]
+//
+// The gradient buckets travel in 16 bits (half the bytes of fp32). The unscale
+// kernel writes each rank's inf/NaN flag into one i32 on the device; ONE
+// one-element allreduce (a sum of 0/1 flags is their OR: NCCL 2.30 as staged
+// here has Sum and Avg only) agrees on it, and only then is one int copied to
+// the host, because the host decides whether to launch the optimizer. The
+// skip/backoff/growth state machine then runs on the host, identically on every
+// rank, exactly as on the CPU. The loss is averaged by one more one-element
+// allreduce (an f64 mean) for the report; nothing else leaves the device.
 
 // ---------------------------------------------------------------------------
 // Precisions
@@ -296,12 +322,14 @@ class LossScaler {
   /// out[i] = float(grads[i]) * (1 / scale()), computed in fp32. found_inf is
   /// true on this rank if any out[i] is inf or NaN; the flag is then summed over
   /// the ranks (an int32 allreduce on `backend`), so the result is the same on
-  /// every rank: true if any rank found one.
+  /// every rank: true if any rank found one. The flag lives where the gradients do:
+  /// on the GPU the unscale kernel sets it, the one-element allreduce agrees on it
+  /// there, and one int comes back to the host (Note [The GPU step]).
   ///
   /// Collective: every rank of `backend` must call it.
   /// @param[in] backend the ranks that must agree.
   /// @param[in] grads f16, bf16 or f32: the (averaged) scaled gradients.
-  /// @param[out] out f32, grads.numel() elements (may be grads itself when grads is f32).
+  /// @param[out] out f32, grads.numel() elements on grads' device (may be grads itself when grads is f32).
   /// @return true on every rank if any rank's gradients hold an inf or NaN.
   /// @throws dtl::InvalidArgument on wrong dtypes or counts (the same on every rank
   ///         when the shapes are; the caller must keep them the same).
@@ -322,6 +350,7 @@ class LossScaler {
   float scale_ = 1.0f;         ///< what scale() returns
   int clean_steps_ = 0;        ///< what clean_steps() returns
   std::int64_t skipped_ = 0;   ///< what skipped_steps() returns
+  nn::Tensor flag_;            ///< the found-inf flag: one i32 on the gradients' device (Note [The GPU step])
 };
 
 // ---------------------------------------------------------------------------
