@@ -8,9 +8,11 @@
 // splits the model into the test's stages (never the student's balance_stages())
 // and the batch into micro-batches. The schedules the executor runs are written
 // here, independently of task B: GPipe as "all F, then all B", 1F1B as a greedy
-// rule (run a forward while fewer than min(m, P - s) micro-batches are in flight
-// and forwards remain, else a backward), which gives the same order as the
+// rule (run a forward while the stage holds fewer micro-batches than its cap and
+// forwards remain, else a backward), which gives the same order as the
 // warm-up/steady/cool-down description of the header without sharing its code.
+// (The cap is the answer to task B's question, so its value is in the code below,
+// not in this comment: read it after you have derived your own.)
 #pragma once
 
 #include <gtest/gtest.h>
@@ -158,7 +160,7 @@ inline std::vector<Action> gpipe_order(int /*stages*/, int /*stage*/, int m) {
   return out;
 }
 
-/// 1F1B by the greedy rule: a forward while fewer than min(m, P - s) are in flight, else a backward.
+/// 1F1B by the greedy rule: a forward while fewer than `cap` are in flight (and forwards remain), else a backward.
 inline std::vector<Action> one_f_one_b_order(int stages, int stage, int m) {
   const int cap = std::min(m, stages - stage);
   std::vector<Action> out;

@@ -93,10 +93,11 @@ namespace dtl::lab07 {
 //
 // 1F1B (PipeDream-Flush, Narayanan et al., 2021; Megatron-LM's default): stage s
 // runs w warm-up forwards, then alternates one forward and one backward, then
-// runs the backwards that are left (cool-down).
+// runs the backwards that are left (cool-down). Forwards and backwards each keep
+// micro-batch order, and every micro-batch's forward comes before its backward.
 //
-//     stage s:   F0 .. F(w-1)  | F(w) B0  F(w+1) B1 ... F(m-1) B(m-1-w) |  B(m-w) .. B(m-1)
-//                  warm-up     |              steady                     |     cool-down
+//     stage s:   F F .. F   |   F B  F B  ...  F B   |   B .. B
+//                 warm-up   |        steady          |  cool-down
 //
 // w is the shortest warm-up after which the steady alternation never waits on
 // the stages after s (balanced stages, free messages), and at most m: deriving it
@@ -355,9 +356,14 @@ double stage_imbalance(std::span<const double> costs, std::span<const int> bound
 /// @throws dtl::InvalidArgument naming the argument out of range.
 std::vector<Action> gpipe_schedule(int stages, int stage, int micro_batches);
 
-/// @brief 1F1B's order on stage `stage` (Note [GPipe and 1F1B]): w warm-up forwards
-/// (the shortest warm-up that keeps the stage from waiting on the later stages, at
-/// most m), then F(w + j) B(j) for j = 0 .. m - w - 1, then B(m - w) .. B(m - 1).
+/// @brief 1F1B's order on stage `stage` (Note [GPipe and 1F1B]): a warm-up of
+/// forwards, then one forward and one backward alternately until the forwards run
+/// out, then the backwards that are left. Forwards in order F0 .. F(m-1), backwards
+/// in order B0 .. B(m-1), each F(i) before B(i). The warm-up is the shortest that
+/// keeps the stage from waiting on the later stages in the steady state (balanced
+/// stages), and at most m: deriving it is the task (handout Task B). The Note's
+/// worked example (P = 3, m = 4) must come out; Schedules.* checks every (P, s, m)
+/// against an independent rule.
 /// @param[in] stages P >= 1.
 /// @param[in] stage s in [0, P).
 /// @param[in] micro_batches m in [1, kMaxMicroBatches].
