@@ -8,19 +8,11 @@
 //
 //   pairwise exchange   (P-1) * (alpha + b * beta)
 //
-// In step s = 1 .. P-1 every rank sends to (rank + s) mod P and receives from
-// (rank - s) mod P. Each step is a permutation: every rank sends exactly one
-// block and receives exactly one, so no rank is flooded while another idles, and
-// no rank ever sends to itself (its own block is a local copy). P = 4:
-//
-//   step 1:  0 ▶ 1   1 ▶ 2   2 ▶ 3   3 ▶ 0
-//   step 2:  0 ▶ 2   1 ▶ 3   2 ▶ 0   3 ▶ 1
-//   step 3:  0 ▶ 3   1 ▶ 0   2 ▶ 1   3 ▶ 2
-//
-// The naive version — every rank posts its P - 1 MPI_Isend in rank order, to
-// rank 0 first — is fine for small blocks, but then every rank sends to the same
-// receiver at the same time while the others wait; the pairwise steps keep one
-// message in and one out per rank at any time.
+// The naive version, every rank posting its P - 1 MPI_Isend in rank order (to
+// rank 0 first), is fine for small blocks, but then every rank sends to the same
+// receiver at the same time while the others wait. Pairwise exchange runs P - 1
+// rounds in each of which every rank sends exactly one block and receives exactly
+// one; which partners meet in which round is handout Task E.
 //
 // What it leaves out: Bruck's algorithm (log2 P steps that forward blocks in
 // bundles, better for tiny blocks), and the v-variant with different sizes per

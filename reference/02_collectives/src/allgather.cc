@@ -8,24 +8,9 @@
 //   ring                (P-1) * alpha     + (P-1)/P * n * beta
 //   recursive doubling  log2(P) * alpha   + (P-1)/P * n * beta     (P a power of two)
 //
-// Ring, P = 4: in each step every rank sends right the block it received in the
-// step before (its own first) and receives a new one from the left.
-//
-//   step 0:  0 ─b0▶ 1 ─b1▶ 2 ─b2▶ 3 ─b3▶ 0
-//   step 1:  0 ─b3▶ 1 ─b0▶ 2 ─b1▶ 3 ─b2▶ 0
-//   step 2:  0 ─b2▶ 1 ─b3▶ 2 ─b0▶ 3 ─b1▶ 0
-//
-// Every link is busy in every step and no byte crosses a link twice, which is why
-// the ring is the bandwidth-optimal schedule (and the one NCCL uses), but it needs
-// P - 1 steps. Recursive doubling, P = 8: in step k every rank swaps all it has
-// (2^k blocks) with rank XOR 2^k, so the data held doubles each step:
-//
-//   step 0 (xor 1): {0}<->{1}        {2}<->{3}        {4}<->{5}  {6}<->{7}
-//   step 1 (xor 2): {0,1}<->{2,3}    {4,5}<->{6,7}
-//   step 2 (xor 4): {0,1,2,3}<->{4,5,6,7}
-//
-// log2 P steps, but only when P is a power of two (the partner rank ^ mask must
-// exist); other P need extra steps (MPICH folds the extra ranks in first).
+// Why the ring is the bandwidth-optimal schedule (and the one NCCL uses) and how
+// recursive doubling gets by with log2 P steps is handout Task D (its hints draw
+// both schedules for small P).
 //
 // What it leaves out: the non-power-of-two variants of recursive doubling, and
 // Bruck's algorithm (ceil(log2 P) steps for any P, with a local rotation).
@@ -58,6 +43,14 @@ void allgather_ring(MPI_Comm comm, std::span<const T> send_buf, std::span<T> rec
   // | on every rank. A ring: each rank talks only to its two neighbours, exactly P - 1
   // | messages of one block each, all on `tag`, no wildcards, no vendor collective, no
   // | deadlock at any size (handout Task D, sections (d), (e)).
+  // In each step every rank sends right the block it received in the step before
+  // (its own first) and receives a new one from the left. P = 4:
+  //
+  //   step 0:  0 ─b0▶ 1 ─b1▶ 2 ─b2▶ 3 ─b3▶ 0
+  //   step 1:  0 ─b3▶ 1 ─b0▶ 2 ─b1▶ 3 ─b2▶ 0
+  //   step 2:  0 ─b2▶ 1 ─b3▶ 2 ─b0▶ 3 ─b1▶ 0
+  //
+  // Every link is busy in every step and no byte crosses a link twice.
   std::copy(send_buf.begin(), send_buf.end(), recv_buf.begin() + static_cast<std::ptrdiff_t>(rank * block));
   const int right = (rank + 1) % size;
   const int left = (rank - 1 + size) % size;
@@ -88,6 +81,15 @@ void allgather_recursive_doubling(MPI_Comm comm, std::span<const T> send_buf, st
   // | Same result as allgather_ring (block k of recv_buf from rank k), in exactly log2 P
   // | messages per rank and (P - 1) count elements received in all, all on `tag` (handout
   // | Task D). P is a power of two here (checked above).
+  // In step k every rank swaps all it has (2^k blocks, an aligned group) with rank
+  // XOR 2^k, so the data held doubles each step. P = 8:
+  //
+  //   step 0 (xor 1): {0}<->{1}        {2}<->{3}        {4}<->{5}  {6}<->{7}
+  //   step 1 (xor 2): {0,1}<->{2,3}    {4,5}<->{6,7}
+  //   step 2 (xor 4): {0,1,2,3}<->{4,5,6,7}
+  //
+  // Only for P a power of two (the partner rank ^ mask must exist); other P need
+  // extra steps (MPICH folds the extra ranks in first).
   std::copy(send_buf.begin(), send_buf.end(), recv_buf.begin() + static_cast<std::ptrdiff_t>(rank * block));
   for (int mask = 1; mask < size; mask <<= 1) {
     const int partner = rank ^ mask;

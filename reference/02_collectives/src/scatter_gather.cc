@@ -15,22 +15,12 @@
 // scatter usually carries. (The tree moves more bytes in total — a block travels
 // down several edges — but on different links at the same time.)
 //
-//   P = 8, root 0, scatter (vranks; [a, b) = the blocks of vranks a .. b-1):
-//     round 1:  0 ──[4,8)──▶ 4
-//     round 2:  0 ──[2,4)──▶ 2          4 ──[6,8)──▶ 6
-//     round 3:  0 ──[1,2)──▶ 1   2 ─▶ 3   4 ─▶ 5   6 ─▶ 7
-//
 // A gather is the same tree with the arrows reversed and the rounds in reverse
-// order: each rank collects its subtree's blocks and sends them up in one message.
+// order. Which blocks travel down (or up) each edge, and in what order a rank keeps
+// them so that every message is one contiguous piece, is handout Task B.
 //
-// The subtree of vrank v is vranks [v, v + lowbit(v)), cut off at P; the root's
-// is all of them. Blocks are kept in *relative* order (vrank order) inside the
-// tree, so that a subtree is one contiguous range. With root 0 that is rank order;
-// with another root the root rotates the blocks once (a local copy of n bytes), so
-// every message is still one contiguous piece.
-//
-// What it leaves out: MPI derived datatypes, which could describe the rotated
-// order without the copy.
+// What it leaves out: MPI derived datatypes, which could describe blocks that are
+// not contiguous without a local copy.
 #include <mpi.h>
 
 #include <algorithm>
@@ -65,6 +55,16 @@ void scatter(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, 
   // | the binomial tree: non-roots receive exactly once; the root sends exactly L messages
   // | carrying (P - 1) count elements in all, nobody more than L; all on `tag`. send_buf is
   // | read on the root only (elsewhere it may be empty) (handout Task B, sections (a), (d)).
+  // P = 8, root 0 (vranks; [a, b) = the blocks of vranks a .. b-1):
+  //   round 1:  0 ──[4,8)──▶ 4
+  //   round 2:  0 ──[2,4)──▶ 2          4 ──[6,8)──▶ 6
+  //   round 3:  0 ──[1,2)──▶ 1   2 ─▶ 3   4 ─▶ 5   6 ─▶ 7
+  //
+  // The subtree of vrank v is vranks [v, v + lowbit(v)), cut off at P; the root's
+  // is all of them. Blocks are kept in *relative* order (vrank order) inside the
+  // tree, so that a subtree is one contiguous range. With root 0 that is rank order;
+  // with another root the root rotates the blocks once (a local copy of n bytes), so
+  // every message is still one contiguous piece.
   const int vrank = (rank - root + size) % size;
   std::vector<T> staging;   // the subtree's blocks, when they are not in send_buf or recv_buf
   std::span<const T> held;  // blocks of vranks [vrank, vrank + subtree), in vrank order

@@ -130,8 +130,10 @@ void broadcast(MPI_Comm comm, std::span<T> buf, int root, int tag,
 /// @brief Scatter along a binomial tree: rank r receives block r of the root's `send_buf`.
 ///
 /// `send_buf` on the root holds P blocks of `recv_buf.size()` elements, block r for
-/// rank r. Each rank of the tree receives the blocks of its whole subtree in one
-/// message from its parent, keeps its own block and forwards the rest.
+/// rank r. Over the binomial tree of handout section (a): every rank but the root
+/// receives exactly one message, the root sends exactly ceil(log2 P) and nobody more,
+/// and the root's messages carry (P - 1) blocks in all (which blocks each message
+/// carries is the task: handout Task B).
 /// Cost: ceil(log2 P) * alpha + (P-1)/P * n * beta, n = the root's bytes (a linear
 /// scatter, the root sending P - 1 messages, costs (P-1) alpha + the same bytes).
 ///
@@ -150,10 +152,9 @@ void scatter(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, 
 
 /// @brief Gather along a binomial tree: block r of the root's `recv_buf` becomes rank r's `send_buf`.
 ///
-/// The mirror image of scatter(): each rank collects its subtree's blocks (its own
-/// first, then each child's subtree, smallest child first) and sends them to its
-/// parent in one message. Cost: ceil(log2 P) * alpha + (P-1)/P * n * beta, n = the
-/// root's bytes.
+/// The mirror image of scatter(): every rank but the root sends exactly one message,
+/// the root receives exactly ceil(log2 P) and nobody more (handout Task B). Cost:
+/// ceil(log2 P) * alpha + (P-1)/P * n * beta, n = the root's bytes.
 ///
 /// Collective: every rank of `comm` must call it with the same root, tag and count.
 /// @tparam T float, double or std::int32_t.
@@ -200,10 +201,10 @@ void reduce(MPI_Comm comm, std::span<const T> send_buf, std::span<T> recv_buf, R
 
 /// @brief Allgather around a ring: block r of every rank's `recv_buf` becomes rank r's `send_buf`.
 ///
-/// P - 1 steps; in each, every rank sends one block to its right neighbour and
-/// receives one from its left (the block it received in the step before, its own
-/// first). Every rank sends exactly P - 1 messages of one block: (P-1)/P of the
-/// result. Cost: (P-1) * alpha + (P-1)/P * n * beta, n = the result's bytes.
+/// Every rank talks only to its two neighbours: it sends exactly P - 1 messages of
+/// one block to rank + 1 and receives P - 1 from rank - 1, (P-1)/P of the result
+/// each way, which no allgather can beat (handout Task D). Cost: (P-1) * alpha +
+/// (P-1)/P * n * beta, n = the result's bytes.
 ///
 /// Collective: every rank of `comm` must call it with the same tag and count.
 /// @tparam T float, double or std::int32_t.
@@ -217,9 +218,9 @@ void allgather_ring(MPI_Comm comm, std::span<const T> send_buf, std::span<T> rec
 
 /// @brief Allgather by recursive doubling; the number of ranks must be a power of two.
 ///
-/// log2 P steps; in step k (mask = 2^k) every rank swaps everything it has so far,
-/// 2^k blocks, with rank ^ mask. Cost: log2 P * alpha + (P-1)/P * n * beta: the
-/// ring's bandwidth term with a logarithmic latency term.
+/// Exactly log2 P messages per rank, and still only (P - 1) blocks received in all
+/// (handout Task D). Cost: log2 P * alpha + (P-1)/P * n * beta: the ring's bandwidth
+/// term with a logarithmic latency term.
 ///
 /// Collective: every rank of `comm` must call it with the same tag and count.
 /// @tparam T float, double or std::int32_t.
@@ -240,10 +241,12 @@ void allgather_recursive_doubling(MPI_Comm comm, std::span<const T> send_buf, st
 /// @brief All-to-all by pairwise exchange: block j of rank i's `send_buf` becomes
 /// block i of rank j's `recv_buf`.
 ///
-/// A rank's own block is copied locally. Then P - 1 steps: in step s every rank
-/// sends to (rank + s) mod P and receives from (rank - s) mod P, one block each
-/// way, so every rank is busy sending and receiving in every step and nobody
-/// sends to itself. Cost: (P-1) * (alpha + b * beta), b = one block's bytes.
+/// A rank's own block is a local copy: nobody sends to itself. Every rank sends
+/// exactly P - 1 messages of one block and receives P - 1 (the tests count them).
+/// "Pairwise" is the design goal: P - 1 rounds in each of which every rank sends one
+/// block and receives one, so no receiver is flooded while others idle; which
+/// partners meet in which round is the task (handout Task E). Cost:
+/// (P-1) * (alpha + b * beta), b = one block's bytes.
 ///
 /// Collective: every rank of `comm` must call it with the same tag and size.
 /// @tparam T float, double or std::int32_t.
