@@ -2,22 +2,10 @@
 //
 // What this file teaches: the ring allreduce is a fixed table. With the buffer cut
 // into P chunks, at every step every rank sends one chunk to its right neighbour
-// and receives one from its left, and the table says which. P = 4, chunk c of
-// rank r written r.c; "+=" marks a reduce step, "=" a copy step:
-//
-//   reduce-scatter  step 0: r sends chunk r-1, receives chunk r-2 and adds it
-//                   step 1: r sends chunk r-2 (just added to), receives r-3
-//                   step 2: r sends chunk r-3, receives r-4 = r: now complete
-//   allgather       step 3: r sends its complete chunk r, receives r-1 (copy)
-//                   step 4: r sends chunk r-1 (just received), receives r-2
-//                   step 5: r sends chunk r-2, receives r-3: now has them all
-//
-// The rule behind it: what arrives at one step is what leaves at the next, so a
-// chunk walks once around the ring collecting one contribution per rank (P-1 hops
-// in the first half), and then once more, as a finished result, in the second.
-// Rank r sends chunk (r - s - 1) at reduce-scatter step s; its right neighbour
-// r + 1 receives ((r + 1) - s - 2) = the same chunk. The chunk index is all that
-// part 1 (MPI) and part 2 (CUDA kernels) need to agree on.
+// and receives one from its left, and the table says which. What the table must
+// guarantee is in lab03/ring.h (ring_step()); handout section (b) plays it for
+// P = 4, and Task A's hints derive it. The chunk index is all that part 1 (MPI)
+// and part 2 (CUDA kernels) need to agree on.
 #include "harness/error.h"
 #include "lab03/ring.h"
 
