@@ -2,22 +2,13 @@
 // after, and prefetch the next units' gathers under a limit.
 //
 // What this file teaches: the life of a unit's full parameters in FSDP (ZeRO-3).
-// With units 0..3 and prefetch = 1 (g = issue a gather, w = wait for it, f = free):
-//
-//     hook             issues        waits   gathered or in flight after the hook
-//     pre_forward(0)   g0 g1         w0      {0, 1}       <- 1 + prefetch units at most
-//     post_forward(0)                        {1}          f0
-//     pre_forward(1)   g2            w1      {1, 2}
-//     ...
-//     pre_forward(3)                 w3      {3}          (no unit 4 to prefetch)
-//     post_forward(3)                        {}           f3
-//     pre_backward(3)  g3 g2         w3      {3, 2}       backward prefetches downwards
-//     post_backward(3)                       {2}          reduce-scatter 3 (task B), f3
-//     ...
-//
-// Without prefetch (0) every gather is issued and waited for in its own hook:
-// the unit waits for the whole gather, the communication is fully exposed. See
-// Note [Gather and free], Note [Prefetch and the rate limiter] and Note [Mixed
+// The invariants: a unit's full values exist only from its gather to its free, and
+// are complete whenever the unit computes; at no time are more than 1 + prefetch
+// units gathered or in flight; no unit is gathered twice at once. Which hook issues,
+// waits for and frees which gather is handout Task C (Hint 2 plays it for four
+// units). Without prefetch (0) every gather is issued and waited for in its own
+// hook: the unit waits for the whole gather, the communication is fully exposed.
+// See Note [Gather and free], Note [Prefetch and the rate limiter] and Note [Mixed
 // precision in FSDP] in lab06/fsdp.h.
 #include <algorithm>
 #include <cstdint>
