@@ -1,22 +1,18 @@
 // Lab 09, task D: the worker's side — push, pull, clock — and its training loop.
 //
-// What this file teaches: a worker is a client with deadlines. It never blocks
-// in MPI_Recv: the answer to a pull may be late (the server defers it until the
-// clocks allow) or never come (the server is gone), so it polls with
-// MPI_Improbe until a deadline and then says what it was waiting for. Sends are
-// nonblocking from a kept copy, so a push never waits for the server.
+// What this file teaches: a worker is a client with deadlines. The answer to a
+// pull may be late (the server defers it until the clocks allow) or never come
+// (the server is gone), so a worker never blocks without a deadline, and when one
+// passes it says what it was waiting for. A push never waits for the server.
 //
-// One step of worker w at clock c (See Note [The protocol]):
+// One step of worker w is Note [The protocol]'s: what the servers see, in that
+// order, is the contract of train_worker(); how the pulls overlap the forward is
+// task F's engine.
 //
-//     pull k for every key k            (through the engine: pulls run while forward runs,
-//                                        unit u's forward waits for unit u's keys only)
-//     forward, loss, backward           (its own rows of the step)
-//     push k for every key k            (tagged step c)
-//     clock(): kClock(c) to every server; c = c + 1
-//
-// Thread safety: the engine's threads call pull() at once for different keys.
-// Each pull matches only its own reply (source = the key's server, tag = kReply + key,
-// through MPI_Improbe/MPI_Mrecv), and the list of sends in flight is behind a mutex.
+// Thread safety: the engine's threads call pull() at once for different keys. Each
+// pull must receive its own reply and no other thread's, and whatever the worker
+// keeps across calls (the sends in flight) must be safe to touch from several
+// threads at once (handout Task D).
 #include <mpi.h>
 
 #include <algorithm>
@@ -192,13 +188,20 @@ TrainReport train_worker(WorkerClient& client, nn::Model& model, const BatchFn& 
       batch(step, x, y);
       min_version = INT_MAX;
       // BEGIN SOLUTION(train_worker)
-      // | One step of worker w (the file header; Note [The protocol]): pull every key into
-      // | its parameter's value (with options.overlap through the engine, so that unit u's
-      // | forward waits only for unit u's keys: a pre_forward hook, restored afterwards by
-      // | HookGuard, waiting with the timeout), recording the smallest version pulled (under
-      // | version_mutex); forward, loss, backward on this worker's rows; sleep
-      // | options.delay_seconds; push every key's gradient; clock(); record the loss and
-      // | version and count the step (handout Task D).
+      // | One step at clock c = step, as the servers must see it (Note [The protocol], handout
+      // | Task D): every key pulled into its parameter's value, then every key's gradient of
+      // | this worker's rows (x, y), computed from those values, pushed tagged c, then c
+      // | finished at every server. Afterwards report has this step's loss and the smallest
+      // | version pulled (the engine's threads pull at once: no data race), one more step
+      // | done. options.delay_seconds pass between the backward and the pushes (the tests'
+      // | straggler). With options.overlap the pulls run on `engine` and unit u's forward
+      // | starts once unit u's keys are in, not all keys; every wait ends by the timeout; the
+      // | model's hooks are the caller's again on return, also when the step throws.
+      // | Errors leave the block as they are: the code below reports a StepFailed and lets
+      // | the others (dtl::TimeoutError) reach the caller.
+      // The pulls of one step run on the engine's threads at once, so the smallest
+      // version is kept under version_mutex; HookGuard puts back the caller's hooks
+      // whichever way the block is left.
       auto pull = [&, step](int k) {
         const int v = client.pull(k, params[static_cast<std::size_t>(k)]->value.span<float>());
         std::lock_guard<std::mutex> lock(version_mutex);
