@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/error.h"
@@ -71,25 +72,28 @@ TEST(Interleaved, ValidOrdersWithoutDeadlockAndTheInFlightBound) {
   }
 }
 
-// Note [Interleaving]: with unit-time ops (t_f = t_b = 1 per chunk, so a rank's
-// whole forward of a micro-batch is v), every rank idles (P - 1)(t_f + t_b) chunk
-// times: (P - 1)(t_f + t_b)/v of a rank's work per micro-batch, against 1F1B's
-// (P - 1)(t_f + t_b). The makespan is therefore v m (t_f + t_b) + (P - 1)(t_f + t_b)
-// chunk times, and the bubble (P - 1)/(v m + P - 1).
+// Note [Interleaving]: with chunk ops of t_f and t_b (a rank's whole forward of
+// a micro-batch is v t_f), every rank idles (P - 1)(t_f + t_b) chunk-times:
+// (P - 1)(v t_f + v t_b)/v in a rank's terms, against 1F1B's (P - 1)(v t_f + v t_b).
+// The makespan is therefore (v m + P - 1)(t_f + t_b) and the bubble
+// (P - 1)/(v m + P - 1). Unit-time ops (t_f = t_b = 1), and t_b = 2 t_f.
 TEST(Interleaved, BubbleShrinksByTheChunkCount) {
-  for (int P = 1; P <= 5; ++P) {
-    for (int v = 1; v <= 4; ++v) {
-      for (int m = P; m <= 4 * P; m += P) {
-        const Simulation sim = simulate(all_ranks(P, m, v), v, m, 1.0, 1.0);
-        ASSERT_EQ(sim.deadlock, "") << where(P, v, m);
-        EXPECT_EQ(sim.makespan, 2.0 * (v * m + P - 1)) << where(P, v, m);
-        for (int s = 0; s < P; ++s) {
-          const double idle = sim.makespan - sim.busy[static_cast<std::size_t>(s)];
-          EXPECT_EQ(idle, 2.0 * (P - 1)) << "rank " << s << ", " << where(P, v, m);
+  for (const auto [t_f, t_b] : {std::pair{1.0, 1.0}, std::pair{1.0, 2.0}}) {
+    for (int P = 1; P <= 5; ++P) {
+      for (int v = 1; v <= 4; ++v) {
+        for (int m = P; m <= 4 * P; m += P) {
+          const std::string what = where(P, v, m) + ", t_b = " + std::to_string(t_b);
+          const Simulation sim = simulate(all_ranks(P, m, v), v, m, t_f, t_b);
+          ASSERT_EQ(sim.deadlock, "") << what;
+          EXPECT_EQ(sim.makespan, (v * m + P - 1) * (t_f + t_b)) << what;
+          for (int s = 0; s < P; ++s) {
+            EXPECT_EQ(sim.makespan - sim.busy[static_cast<std::size_t>(s)], (P - 1) * (t_f + t_b))
+                << "rank " << s << ", " << what;
+          }
+          EXPECT_NEAR((sim.makespan - sim.busy[0]) / sim.makespan,
+                      static_cast<double>(P - 1) / static_cast<double>(v * m + P - 1), 1e-12)
+              << what;
         }
-        EXPECT_NEAR((sim.makespan - sim.busy[0]) / sim.makespan,
-                    static_cast<double>(P - 1) / static_cast<double>(v * m + P - 1), 1e-12)
-            << where(P, v, m);
       }
     }
   }

@@ -57,7 +57,8 @@ std::vector<Action> interleaved_schedule(int stages, int stage, int micro_batche
   // virtual stage can come back to it: 2 (P - s - 1) ops to reach rank P - 1 and
   // return, plus (v - 1) P forwards of the earlier chunks in between (Megatron's).
   // One chunk is plain 1F1B, whose warm-up is P - s - 1.
-  const int warm_up = std::min(total, chunks == 1 ? stages - stage - 1 : 2 * (stages - stage - 1) + (chunks - 1) * stages);
+  const int ahead = stages - stage - 1;  // the ranks after this one
+  const int warm_up = std::min(total, chunks == 1 ? ahead : 2 * ahead + (chunks - 1) * stages);
   for (int k = 0; k < warm_up; ++k) schedule.push_back(op(Pass::kForward, k));
   for (int j = 0; j < total - warm_up; ++j) {
     schedule.push_back(op(Pass::kForward, warm_up + j));

@@ -232,7 +232,7 @@ namespace dtl::lab07 {
 //     (P - 1)(t_f + t_b) / v          against 1F1B's (P - 1)(t_f + t_b),
 //
 // out of m (t_f + t_b) of work: bubble = (P - 1) / (v m + P - 1) of the step
-// (the paper states the idle-over-work ratio (P - 1)/(v m)). The price: v times the
+// (the paper states the idle-over-work ratio (P - 1)/(v m)). The price: about v times the
 // point-to-point messages (2 (v P - 1) per micro-batch instead of 2 (P - 1)), and
 // a longer warm-up, so more micro-batches in flight on the first ranks.
 //
