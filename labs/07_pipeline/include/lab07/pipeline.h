@@ -432,8 +432,8 @@ std::vector<Action> interleaved_schedule(int stages, int stage, int micro_batche
 /// Chunk c of rank s is virtual stage k = c P + s of V = v P. Each op of the
 /// schedule runs on its chunk's model (slot = its micro-batch); activations go
 /// to the rank of k + 1 (from P - 1 that is rank 0, chunk c + 1), gradients to
-/// the rank of k - 1, with MPI_Isend and a receive posted for the op that needs
-/// it, tag 2 (k m + i) for micro-batch i's activation into virtual stage k and
+/// the rank of k - 1, with MPI_Isend; every receive of a step is posted when it
+/// starts, tag 2 (k m + i) for micro-batch i's activation into virtual stage k and
 /// 2 (k m + i) + 1 for its gradient into virtual stage k (from k + 1). Losses and gradients are
 /// PipelineStage's: the mean over the batch, accumulated over micro-batches.
 class InterleavedStage {
@@ -467,7 +467,17 @@ class InterleavedStage {
   std::int64_t messages_sent() const noexcept { return messages_sent_; }
 
  private:
-  nn::Tensor receive(int virtual_stage, int micro_batch, bool activation);
+  /// @brief A posted receive: its buffer (kCommunication) and request.
+  struct Pending {
+    nn::Tensor buffer;                       ///< what is received into
+    MPI_Request request = MPI_REQUEST_NULL;  ///< its request; MPI_REQUEST_NULL once complete
+  };
+  std::size_t receive_index(int chunk, int micro_batch, bool activation) const {
+    return 2 * (static_cast<std::size_t>(chunk) * static_cast<std::size_t>(micro_batches_) +
+                static_cast<std::size_t>(micro_batch)) + (activation ? 0 : 1);
+  }
+  void post_receive(int virtual_stage, int micro_batch, bool activation);
+  nn::Tensor wait_receive(int chunk, int micro_batch, bool activation);
   void send(const nn::Tensor& t, int virtual_stage, int micro_batch, bool activation);
 
   Comm comm_;
@@ -479,6 +489,7 @@ class InterleavedStage {
   std::int64_t messages_sent_ = 0;
   nn::SoftmaxCrossEntropy loss_;
   std::vector<nn::Tensor> loss_grads_;  // per micro-batch, virtual stage V - 1: dL/dlogits
+  std::vector<Pending> receives_;       // per (chunk, micro-batch, direction): receive_index()
   std::vector<nn::Tensor> sends_buffers_;
   std::vector<MPI_Request> sends_;
 };
