@@ -413,10 +413,11 @@ std::vector<Action> one_f_one_b_schedule(int stages, int stage, int micro_batche
 /// pair appears exactly once as F and once as B; on each chunk the forwards run
 /// in micro-batch order, and so do the backwards; run by all P ranks at once, the
 /// orders never wait in a cycle (F of virtual stage k needs F of k - 1, B of k
-/// needs F of k and B of k + 1), and with unit-time chunk ops the bubble is
-/// (P - 1)/(v m + P - 1). The warm-up is the header's w, then F/B alternate, then
-/// the cool-down, so at most w + 1 pairs are in flight. chunks = 1 is
-/// one_f_one_b_schedule() exactly (every chunk 0, any m).
+/// needs F of k and B of k + 1), and with balanced chunk ops (every F t_f, every B
+/// t_b) the bubble is (P - 1)/(v m + P - 1). The warm-up is Megatron's (Note
+/// [Interleaving]), then F/B alternate, then the cool-down, so at most the warm-up
+/// + 1 pairs are in flight. chunks = 1 is one_f_one_b_schedule() exactly (every
+/// chunk 0, any m).
 /// @param[in] stages P >= 1.
 /// @param[in] stage s in [0, P).
 /// @param[in] micro_batches m in [1, kMaxMicroBatches], a multiple of P when chunks > 1.
@@ -434,8 +435,9 @@ std::vector<Action> interleaved_schedule(int stages, int stage, int micro_batche
 /// to the rank of k + 1 (from P - 1 that is rank 0, chunk c + 1), gradients to
 /// the rank of k - 1, with MPI_Isend; every receive of a step is posted when it
 /// starts, tag 2 (k m + i) for micro-batch i's activation into virtual stage k and
-/// 2 (k m + i) + 1 for its gradient into virtual stage k (from k + 1). Losses and gradients are
-/// PipelineStage's: the mean over the batch, accumulated over micro-batches.
+/// 2 (k m + i) + 1 for its gradient into virtual stage k (from k + 1). Losses and
+/// gradients are PipelineStage's: the mean over the batch, accumulated over
+/// micro-batches.
 class InterleavedStage {
  public:
   /// @brief Sets up rank `pipeline`'s chunks (collective: duplicates `pipeline`).
