@@ -1,5 +1,5 @@
-"""Lab 07 end to end: `grade.py 07 --reference` gives 120 / 120 (100 public points,
-10 for speed and 10 example hidden ones), `--skeleton` gives 0 fast, every item
+"""Lab 07 end to end: `grade.py 07 --reference` gives 135 / 135 (110 public points,
+10 for speed and 15 example hidden ones), `--skeleton` gives 0 fast, every item
 saying what is not implemented yet; a GPipe order submitted as 1F1B loses the
 activation-memory speed item, by the 4x it measures (issue 26: 1F1B's bubble is
 GPipe's, its memory is not: measured in the kept tree, the fault rebuilt into the
@@ -47,7 +47,7 @@ class TestLab07Reference(helpers.GraderAssertions, unittest.TestCase):
         self.assertGreater(self.load_share, MIN_SHARE, "the load was not there")
 
     def test_full_marks(self):
-        self.assertReferenceFullMarks(self.graded, 120, items=15)  # 11 public + 2 speed + 2 example hidden items
+        self.assertReferenceFullMarks(self.graded, 135, items=17)  # 12 public + 2 speed + 3 example hidden items
 
     def test_gpipe_submitted_as_1f1b_loses_the_memory_item(self):
         # In the kept tree (graded as the reference): 1F1B's schedule replaced by

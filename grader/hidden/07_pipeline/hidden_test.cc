@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "harness/comm/mpi_communicator.h"
+#include "labs/07_pipeline/tests/interleave_test_util.h"
 #include "labs/07_pipeline/tests/pipeline_test_util.h"
 
 namespace lab07_test {
@@ -133,6 +134,67 @@ TEST(HiddenGrid, EveryGridEqualsOneProcess) {
     const Oracle oracle = run_oracle(ModelKind::kMlp, 4, 2, kGlobal, kUnits);
     EXPECT_TRUE(close_to(unit_values(oracle.model, stage.begin, stage.end), values_of(model),
                          std::to_string(grid.replicas) + " x " + std::to_string(P) + " grid"));
+  }
+}
+
+}  // namespace
+}  // namespace lab07_test
+
+// Interleaved 1F1B (task F) beyond the public P <= 4: your orders at 6 to 9 ranks
+// with v = 2 .. 5 (rules, simulator, in-flight bound, bubble), and run by the given
+// InterleavedStage at 5 and 6 ranks, v = 2 and 3, m = P and 2P on 15 rows (2P does
+// not divide it), against one process. Same oracles as the public tests.
+namespace lab07_test {
+namespace {
+
+TEST(HiddenInterleaved, OrdersAndBubbleAtMoreRanksAndChunks) {
+  for (int P = 6; P <= 9; ++P) {
+    for (int v = 2; v <= 5; ++v) {
+      for (int m : {P, 3 * P}) {
+        std::vector<std::vector<Action>> orders;
+        for (int s = 0; s < P; ++s) orders.push_back(lab07::interleaved_schedule(P, s, m, v));
+        bool valid = true;
+        for (int s = 0; s < P; ++s) {
+          const std::vector<Action>& order = orders[static_cast<std::size_t>(s)];
+          const std::string why = check_order(order, v, m);
+          EXPECT_EQ(why, "") << "P " << P << " v " << v << " m " << m << " rank " << s;
+          valid = valid && why.empty() && order.size() == 2u * static_cast<std::size_t>(v * m);
+          EXPECT_EQ(peak_pairs_in_flight(order), std::min(v * m, (v - 1) * P + 2 * (P - 1 - s) + 1))
+              << "P " << P << " v " << v << " m " << m << " rank " << s;
+        }
+        if (!valid) continue;
+        const Simulation sim = simulate(orders, v, m, 1.0, 1.0);
+        EXPECT_EQ(sim.deadlock, "") << "P " << P << " v " << v << " m " << m;
+        EXPECT_EQ(sim.makespan, 2.0 * (v * m + P - 1)) << "P " << P << " v " << v << " m " << m;
+      }
+    }
+  }
+}
+
+TEST(HiddenInterleaved, FiveAndSixRanksEqualOneProcess) {
+  const int P = comm().size();
+  constexpr std::int64_t kRows = 15;
+  for (ModelKind kind : {ModelKind::kMlp, ModelKind::kGpt}) {
+    for (int v : {2, 3}) {
+      for (int m : {P, 2 * P}) {
+        if (m > kRows) continue;
+        const int units = v * P + 1;  // one virtual stage of two units
+        const InterleavedRun run = run_interleaved(kind, v, m, 2, kRows, units, 9);
+        const Oracle oracle = run_oracle(kind, 9, 2, kRows, units);
+        for (int c = 0; c < v; ++c) {
+          const auto [begin, end] = run.units[static_cast<std::size_t>(c)];
+          EXPECT_TRUE(close_to(unit_values(oracle.model, begin, end), run.values[static_cast<std::size_t>(c)],
+                               std::string(model_name(kind)) + " v " + std::to_string(v) + " m " + std::to_string(m) +
+                                   " chunk " + std::to_string(c)));
+        }
+        if (comm().rank() == P - 1) {
+          for (int step = 0; step < 2; ++step) {
+            const double want = oracle.losses[static_cast<std::size_t>(step)];
+            EXPECT_NEAR(run.losses[static_cast<std::size_t>(step)], want, 1e-5 * (1.0 + want));
+          }
+        }
+      }
+    }
   }
 }
 

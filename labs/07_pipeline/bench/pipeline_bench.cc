@@ -24,6 +24,10 @@
 //       Under 1F1B stage 0 holds at most P micro-batches' activations, under GPipe all
 //       m: a GPipe submitted as 1F1B takes the same time (the bubble is the same,
 //       Note [GPipe and 1F1B]) and m / P = 4 times the memory.
+//   Interleaved/P<P>/v<v>/m<m>   Megatron's interleaved 1F1B (task F): the emulated
+//       pipeline cut into v P virtual stages, each sleeping 1/v as long, run by the
+//       given InterleavedStage; v = 1 is 1F1B through the same executor. Bubble
+//       against (P - 1)/(v m + P - 1), and the messages per step it costs.
 // Columns: step (ms) median of the slowest rank; bubble % = 1 - busy / step,
 // averaged over the stages (busy = the stage's F and B compute spans); theory % =
 // (P - 1)/(m + P - 1); ratio = bubble / theory; act0 / actL (KiB) = peak
@@ -112,16 +116,17 @@ const dtl::LinkModel& link_1gbe() {
 
 // P stages of kUnitsPerStage sleeping units; the first unit holds a real Linear
 // (in 16 -> kWidth) and the last a real Linear (kWidth -> 10 classes), so the
-// loss and the messages are real.
-nn::Model emulated_model(int stages, bool link) {
+// loss and the messages are real. With `chunks` v > 1: v P units each sleeping
+// 1/v as long (the interleaved rows), so every rank still sleeps 20 + 40 ms per batch.
+nn::Model emulated_model(int stages, bool link, int chunks = 1) {
   dtl::Rng rng(7);
   nn::Model model;
-  const int units = stages * kUnitsPerStage;
+  const int units = stages * kUnitsPerStage * chunks;
   for (int u = 0; u < units; ++u) {
     std::vector<std::unique_ptr<nn::Layer>> layers;
     if (u == 0) layers.push_back(std::make_unique<nn::Linear>("in", 16, kWidth, nn::DType::kF32, rng));
     const bool receives = link && u % kUnitsPerStage == 0 && u > 0;
-    layers.push_back(std::make_unique<SleepLayer>("sleep" + std::to_string(u), kForwardPerUnit,
+    layers.push_back(std::make_unique<SleepLayer>("sleep" + std::to_string(u), kForwardPerUnit / chunks,
                                                   receives ? &link_1gbe() : nullptr));
     if (u == units - 1) layers.push_back(std::make_unique<nn::Linear>("out", kWidth, 10, nn::DType::kF32, rng));
     model.add_unit("u" + std::to_string(u), std::move(layers));
@@ -249,6 +254,59 @@ void pipeline_row(benchmark::State& state, const std::string& kind, int stages, 
   state.counters["actL"] = static_cast<double>(act_last) / 1024.0;
 }
 
+// Interleaved/P<P>/v<v>/m<m>: the emulated pipeline cut into v P virtual stages (each
+// sleeping 1/v of a stage's time), run by the given InterleavedStage with
+// interleaved_schedule(); v = 1 is 1F1B through the same executor, so the pair of
+// rows differs in the schedule only. bubble % = 1 - (the emulated work, 60 ms per
+// batch per rank) / step; theory % = (P - 1)/(v m + P - 1); msgs/step = the
+// point-to-point messages of one step over all ranks (2 (v P - 1) m).
+void interleaved_row(benchmark::State& state, int stages, int chunks, int m) {
+  dtl::Comm sub = dtl::bench::first_ranks(stages);
+  std::unique_ptr<lab07::InterleavedStage> stage;
+  std::vector<lab07::Action> schedule;
+  const Batch batch = make_batch(16);
+  if (sub.get() != MPI_COMM_NULL) {
+    const int s = comm().rank();
+    const std::vector<nn::Shape> shapes = emulated_model(stages, false, chunks).activation_shapes(batch.x.shape());
+    std::vector<nn::Model> models;
+    std::vector<nn::Stage> infos;
+    for (int c = 0; c < chunks; ++c) {
+      nn::Stage st;
+      st.begin = (c * stages + s) * kUnitsPerStage;
+      st.end = st.begin + kUnitsPerStage;
+      st.input_shape = shapes[static_cast<std::size_t>(st.begin)];
+      st.output_shape = shapes[static_cast<std::size_t>(st.end)];
+      models.push_back(emulated_model(stages, false, chunks).slice(st.begin, st.end));
+      infos.push_back(st);
+    }
+    stage = std::make_unique<lab07::InterleavedStage>(sub, std::move(models), infos, m);
+    schedule = lab07::interleaved_schedule(stages, s, m, chunks);
+  }
+  auto step = [&] {
+    if (stage) stage->train_step(batch.x, batch.y, schedule);
+  };
+  step();  // warm-up
+  std::vector<double> steps;
+  double messages = 0.0;
+  for (auto _ : state) {
+    DTL_MPI_CHECK(MPI_Barrier(comm()));
+    const double t0 = dtl::clock_seconds();
+    step();
+    const double t = world_max(dtl::clock_seconds() - t0);
+    messages = world_sum(stage ? static_cast<double>(stage->messages_sent()) : 0.0);
+    steps.push_back(t);
+    state.SetIterationTime(t);
+  }
+  const double work = 3.0 * kUnitsPerStage * kForwardPerUnit;  // forward + backward per batch, per rank
+  const double median = dtl::bench::median(steps);
+  const double theory = static_cast<double>(stages - 1) / static_cast<double>(chunks * m + stages - 1);
+  state.counters["step_ms"] = median * 1e3;
+  state.counters["bubble"] = 100.0 * (1.0 - work / median);
+  state.counters["theory"] = 100.0 * theory;
+  state.counters["ratio"] = theory > 0 ? (1.0 - work / median) / theory : 0.0;
+  state.counters["msgs"] = messages;
+}
+
 void add(const std::string& name, std::function<void(benchmark::State&)> fn, int iterations) {
   benchmark::RegisterBenchmark(name.c_str(), std::move(fn))
       ->Iterations(iterations)
@@ -322,6 +380,15 @@ void register_rows() {
           add(prefix + "/" + schedule_name(sched) + "/m" + std::to_string(m),
               [kind, P, sched, m](benchmark::State& s) { pipeline_row(s, kind, P, sched, m, false); }, iterations);
         }
+      }
+    }
+  }
+  // Interleaved 1F1B (v = 2) against 1F1B (v = 1) through the same executor, emulated compute.
+  for (int P : stage_counts) {
+    for (int m : quick ? std::vector<int>{2 * P} : std::vector<int>{P, 2 * P, 4 * P}) {
+      for (int v : {1, 2}) {
+        add("Interleaved/P" + std::to_string(P) + "/v" + std::to_string(v) + "/m" + std::to_string(m),
+            [P, v, m](benchmark::State& s) { interleaved_row(s, P, v, m); }, iterations);
       }
     }
   }
@@ -427,7 +494,8 @@ const bool registered = [] {
                            {"theory", "theory %", "%9.1f"},
                            {"ratio", "ratio", "%6.2f"},
                            {"act0", "act0 (KiB)", "%10.0f"},
-                           {"actL", "actL (KiB)", "%10.0f"}});
+                           {"actL", "actL (KiB)", "%10.0f"},
+                           {"msgs", "msgs/step", "%9.0f"}});
   dtl::bench::at_start(register_rows);
   dtl::bench::at_finish(write_traces);
   return true;

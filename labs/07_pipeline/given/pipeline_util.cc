@@ -16,9 +16,12 @@
 namespace dtl::lab07 {
 
 std::string schedule_string(std::span<const Action> schedule) {
+  // An interleaved schedule (some chunk other than 0) shows every action's chunk: "F3[1]".
+  const bool chunked = std::any_of(schedule.begin(), schedule.end(), [](const Action& a) { return a.chunk != 0; });
   std::ostringstream out;
   for (std::size_t k = 0; k < schedule.size(); ++k) {
     out << (k == 0 ? "" : " ") << static_cast<char>(schedule[k].pass) << schedule[k].micro_batch;
+    if (chunked) out << '[' << schedule[k].chunk << ']';
   }
   return out.str();
 }

@@ -71,6 +71,7 @@ void PipelineStage::check_schedule(std::span<const Action> schedule) const {
   for (std::size_t k = 0; k < schedule.size(); ++k) {
     const Action& a = schedule[k];
     if (a.pass != Pass::kForward && a.pass != Pass::kBackward) bad(k, "is neither F nor B");
+    if (a.chunk != 0) bad(k, "names a chunk other than 0 (an interleaved schedule runs on InterleavedStage)");
     if (a.micro_batch < 0 || a.micro_batch >= m) {
       bad(k, "names a micro-batch outside [0, " + std::to_string(m) + ")");
     }
