@@ -78,7 +78,7 @@ TEST(Interleaved, ValidOrdersWithoutDeadlockAndTheInFlightBound) {
 // The makespan is therefore (v m + P - 1)(t_f + t_b) and the bubble
 // (P - 1)/(v m + P - 1). Unit-time ops (t_f = t_b = 1), and t_b = 2 t_f.
 TEST(Interleaved, BubbleShrinksByTheChunkCount) {
-  for (const auto [t_f, t_b] : {std::pair{1.0, 1.0}, std::pair{1.0, 2.0}}) {
+  for (const auto& [t_f, t_b] : {std::pair{1.0, 1.0}, std::pair{1.0, 2.0}}) {
     for (int P = 1; P <= 5; ++P) {
       for (int v = 1; v <= 4; ++v) {
         for (int m = P; m <= 4 * P; m += P) {
