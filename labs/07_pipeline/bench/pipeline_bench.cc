@@ -56,7 +56,7 @@
 #include "harness/error.h"
 #include "harness/nn/layers.h"
 #include "harness/nn/model.h"
-#include "lab07/pipeline.h"
+#include "lab07/interleave.h"
 
 namespace {
 

@@ -27,7 +27,7 @@
 
 #include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
-#include "lab07/pipeline.h"
+#include "lab07/interleave.h"
 
 namespace dtl::lab07 {
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "harness/error.h"
-#include "lab07/pipeline.h"
+#include "lab07/interleave.h"
 #include "schedule_checks.h"
 
 namespace dtl::lab07 {

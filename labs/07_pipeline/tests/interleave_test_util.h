@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "lab07/interleave.h"
 #include "labs/07_pipeline/tests/pipeline_test_util.h"
 
 namespace lab07_test {
