@@ -111,6 +111,7 @@ class InterleavedStage {
   /// @throws dtl::InvalidArgument naming the argument if chunks and stages differ in
   ///         length or are empty, a model holds the wrong number of units, or m is out of range.
   InterleavedStage(MPI_Comm pipeline, std::vector<nn::Model> chunks, std::vector<nn::Stage> stages, int micro_batches);
+  /// @brief Cancels the receives an exception left pending and frees their sends (as PipelineStage does).
   ~InterleavedStage();
   InterleavedStage(const InterleavedStage&) = delete;
   InterleavedStage& operator=(const InterleavedStage&) = delete;
@@ -124,6 +125,7 @@ class InterleavedStage {
   /// @throws dtl::InvalidArgument naming "schedule" before any communication if it is not such a schedule.
   double train_step(const nn::Tensor& x, const nn::Tensor& targets, std::span<const Action> schedule);
 
+  /// @param[in] chunk c in [0, v).
   /// @return chunk c's model.
   nn::Model& model(int chunk) { return chunks_.at(static_cast<std::size_t>(chunk)); }
   /// @return v.
