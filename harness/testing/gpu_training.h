@@ -18,14 +18,18 @@
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 
+#include <cstdio>
 #include <memory>
+#include <string>
 
 #include "harness/comm/host_device_communicator.h"
+#include "harness/comm/nccl_comm.h"
 #include "harness/comm/mpi_communicator.h"
 #include "harness/comm/nccl_communicator.h"
 #include "harness/cuda/check.h"
 #include "harness/cuda/device.h"
 #include "harness/cuda/stream.h"
+#include "harness/error.h"
 #include "harness/nn/compute_stream.h"
 
 namespace dtl::testing {
@@ -60,6 +64,29 @@ class GpuTraining {
   nn::ComputeStreamScope scope_;
   std::unique_ptr<HostDeviceCommunicator> backend_;
 };
+
+/// @brief Whether benchmark rows `rows` can run on the GPU over NCCL here, agreed by
+/// every rank of `comm` (collective): this rank's device (gpu_placement()'s), or -1
+/// after rank 0 printed "# GPU rows (rows): skipped — " and why (no GPU on some
+/// rank, or NCCL cannot run these ranks).
+/// @param[in] comm the ranks. @param[in] rows the rows' names, for the message.
+/// @return the device, or -1.
+inline int gpu_rows_device(MPI_Comm comm, const std::string& rows) {
+  int rank = 0;
+  DTL_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  const auto skip = [&](const std::string& why) {
+    if (rank == 0) std::printf("# GPU rows (%s): skipped — %s\n", rows.c_str(), why.c_str());
+    return -1;
+  };
+  std::string why;
+  int ok = cuda::gpu_count(&why) > 0 ? 1 : 0;
+  int ok_all = 0;
+  DTL_MPI_CHECK(MPI_Allreduce(&ok, &ok_all, 1, MPI_INT, MPI_MIN, comm));
+  if (!ok_all) return skip(ok ? std::string("another rank has no GPU") : why);
+  const GpuPlacement placement = gpu_placement(comm);  // the same answer on every rank
+  if (!placement.nccl_ok) return skip("NCCL cannot run these ranks: " + placement.why_not);
+  return placement.device;
+}
 
 }  // namespace dtl::testing
 

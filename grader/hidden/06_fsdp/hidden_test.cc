@@ -144,25 +144,9 @@ TEST(HiddenCheckpoint, SavedAtManyRanksResumesAtFewer) {
 // their rank counts, so every shard there holds a real element.
 nn::Model tiny_model(std::uint64_t seed) { return nn::make_mlp(2, 1, 3, 2, seed); }
 
-// The oracle: one fp32 process, the whole batch (as fsdp_test_util.h's single_process()).
+// The oracle: one fp32 process, the whole batch (fsdp_test_util.h's single_process_of()).
 std::vector<float> tiny_single_process(OptKind opt, std::uint64_t seed, int steps) {
-  nn::Model model = tiny_model(seed);
-  const std::vector<nn::Parameter*> params = model.parameters();
-  const nn::Tensor values = nn::flatten_values(params);
-  const nn::Tensor grads = nn::flatten_grads(params);
-  nn::Sgd sgd(kSgd, values.numel());
-  nn::AdamW adam(kAdamW, values.numel());
-  nn::SoftmaxCrossEntropy ce;
-  for (int step = 0; step < steps; ++step) {
-    const Batch b = make_batch(ModelKind::kOddMlp, step, kBatch30, 0, kBatch30);
-    model.zero_grad();
-    ce.forward(model.forward(b.x), b.y);
-    model.backward(ce.backward());
-    if (opt == OptKind::kSgd) sgd.step(values.span<float>(), grads.span<float>());
-    else adam.step(values.span<float>(), grads.span<float>());
-  }
-  const auto p = values.span<float>();
-  return {p.begin(), p.end()};
+  return single_process_of(tiny_model(seed), ModelKind::kOddMlp, opt, steps, kBatch30);
 }
 
 // The first seed from `from` whose one-process run moves a parameter of every unit

@@ -138,22 +138,10 @@ void say(const std::string& line) {
 }
 
 void register_rows() {
-  std::string why;
-  int ok = dtl::cuda::gpu_count(&why) > 0 ? 1 : 0;
-  int ok_all = 0;
-  DTL_MPI_CHECK(MPI_Allreduce(&ok, &ok_all, 1, MPI_INT, MPI_MIN, comm()));
-  if (!ok_all) {
-    say("# GPU rows (Gpu/fsdp+prefetch1/nccl): skipped — " + (ok ? std::string("another rank has no GPU") : why));
-    return;
-  }
-  const dtl::GpuPlacement placement = dtl::gpu_placement(comm());  // the same answer on every rank
-  if (!placement.nccl_ok) {
-    say("# GPU rows (Gpu/fsdp+prefetch1/nccl): skipped — NCCL cannot run these ranks: " + placement.why_not);
-    return;
-  }
-  g_device = placement.device;
+  g_device = dtl::testing::gpu_rows_device(comm(), "Gpu/fsdp+prefetch1/nccl");
+  if (g_device < 0) return;
   say("# GPU rows: MLP of fsdp_bench.cc, batch " + std::to_string(kBatch) + " per rank, AdamW, on GPU " +
-      std::to_string(placement.device) + ", cpu:mpi-thread,cuda:nccl");
+      std::to_string(g_device) + ", cpu:mpi-thread,cuda:nccl");
   benchmark::RegisterBenchmark("Gpu/fsdp+prefetch1/nccl", fsdp_row)
       ->Iterations(dtl::bench::quick() ? 5 : 20)
       ->UseManualTime()

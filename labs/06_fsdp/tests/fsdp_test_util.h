@@ -89,10 +89,10 @@ inline nn::Model make_model(ModelKind kind, std::uint64_t seed) {
 inline const nn::SgdOptions kSgd{.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.0f};
 inline const nn::AdamWOptions kAdamW{.lr = 1e-3f, .weight_decay = 0.01f};
 
-/// The oracle: one process, fp32, the whole batch, `steps` steps; the flat parameters (unpadded).
-inline std::vector<float> single_process(ModelKind kind, OptKind opt, std::uint64_t seed, int steps = kSteps,
-                                         std::int64_t global = kGlobalBatch) {
-  nn::Model model = make_model(kind, seed);
+/// The oracle for any `model`: one process, fp32, the whole batch of `kind`'s data,
+/// `steps` steps; the flat parameters (unpadded).
+inline std::vector<float> single_process_of(nn::Model model, ModelKind kind, OptKind opt, int steps,
+                                            std::int64_t global) {
   const std::vector<nn::Parameter*> params = model.parameters();
   const nn::Tensor values = nn::flatten_values(params);
   const nn::Tensor grads = nn::flatten_grads(params);
@@ -109,6 +109,12 @@ inline std::vector<float> single_process(ModelKind kind, OptKind opt, std::uint6
   }
   const auto p = values.span<float>();
   return {p.begin(), p.end()};
+}
+
+/// The oracle of the lab's models: single_process_of() on make_model(kind, seed).
+inline std::vector<float> single_process(ModelKind kind, OptKind opt, std::uint64_t seed, int steps = kSteps,
+                                         std::int64_t global = kGlobalBatch) {
+  return single_process_of(make_model(kind, seed), kind, opt, steps, global);
 }
 
 /// Each unit's parameter counts, read from the model.
