@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -149,6 +150,42 @@ std::string unsupported_rank_count(int world_size, const char* program) {
 
 std::optional<Comm> g_test_comm;  // the running test's communicator
 Comm* g_control = nullptr;        // the harness's own traffic, never the tests'
+
+// Note [Messages left in flight]
+// A test whose call under test throws leaves behind what it sent before the
+// call: decoys of other tags, the first step of a ring. Those messages were never
+// received, and Open MPI then hangs the *next* test's MPI_Comm_dup at 3 or more
+// ranks (seen with lab 03's skeleton: a 30 s "DEADLOCK" of a test that never
+// started, every rank waiting to start it). So once every rank has finished a
+// test (the failure gather is the sync point: every send of the test was posted
+// before it), each rank receives and drops whatever is still addressed to it on
+// the test's communicator before freeing it. Messages on communicators a test
+// split off are the test's to clean (collective_checks.h's Decoys does).
+constexpr int kMaxDrainedMessages = 4096;
+constexpr double kDrainQuietSeconds = 0.005;  // no new message for this long: the drain is done
+
+// Receives and drops every message waiting for this rank on `comm`; returns how
+// many. MPI_Iprobe may say "none" while a message sits in a transport queue it has
+// not progressed yet, so one "none" is not the end: the drain stops once it has
+// found nothing for kDrainQuietSeconds.
+int drain_messages(const Comm& comm) {
+  int drained = 0;
+  std::vector<std::byte> sink;
+  double quiet_since = PMPI_Wtime();
+  while (drained < kMaxDrainedMessages && PMPI_Wtime() - quiet_since < kDrainQuietSeconds) {
+    int found = 0;
+    MPI_Status status;
+    PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &found, &status);
+    if (!found) continue;
+    int bytes = 0;
+    PMPI_Get_count(&status, MPI_BYTE, &bytes);
+    sink.resize(static_cast<std::size_t>(std::max(bytes, 1)));
+    PMPI_Recv(sink.data(), bytes, MPI_BYTE, status.MPI_SOURCE, status.MPI_TAG, comm, MPI_STATUS_IGNORE);
+    ++drained;
+    quiet_since = PMPI_Wtime();
+  }
+  return drained;
+}
 
 // Appends JSON lines to DTL_PROGRESS_FILE (rank 0 only); flushed at once so the
 // record survives a crash or a kill that follows. Under the grader each line is
@@ -340,12 +377,13 @@ class MpiListener : public ::testing::EmptyTestEventListener {
   void OnTestEnd(const ::testing::TestInfo& info) override {
     // See Note [A rank that left a failed test].
     if (!failures_.empty()) write_failed_note(trace_dir_, g_control->rank(), seq_, failures_);
-    g_test_comm.reset();
     std::vector<std::string> by_rank;
     {
       trace::HarnessWait wait("the other ranks to finish " + full_name(info) + " (this rank has finished it)");
       by_rank = gather_failures();
     }
+    drain_messages(*g_test_comm);  // See Note [Messages left in flight].
+    g_test_comm.reset();
     const int rank = g_control->rank();
     if (rank == 0) {
       std::string failed_ranks;
