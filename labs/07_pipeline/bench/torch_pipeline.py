@@ -27,7 +27,7 @@ where busy is the stage's forward and backward compute for the m micro-batches.
 PyTorch's schedules record no spans, so busy is measured apart: the same stage
 module runs its m forwards and backwards alone on this GPU, no communication, no
 schedule (median of as many steps). theory = (P - 1)/(m + P - 1); ratio = bubble
-/ theory (the issue's goal: within 10% of theory at m >= 4).
+/ theory (the project's goal: within 10% of theory at m >= 4).
 
 What cannot run where, said in the output and not papered over:
   - P >= 2 needs P ranks. PyTorch's own NCCL (2.28 in its 2.11 wheel) refuses two
