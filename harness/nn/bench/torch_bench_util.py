@@ -460,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     if not bench_json:
         print(f"compare: {args.ours} is missing: the project's column is empty")
     print("\n".join(compare_lines(bench_json, torch_lines)))
+    print("ours/pt: the project's number / PyTorch's step time (above 1: PyTorch is faster; "
+          "the goal for DDP and FSDP steps is at most 1.2)")
     return EXIT_OK
 
 
