@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lab 05's GPU check, prepared to run in one sitting on the GPU host (about 4
+# Lab 05's GPU check, prepared to run in one sitting on the GPU host (about 5
 # minutes; see ../shared/gpu/README.md). Build and stage here first:
 #     ./dtl build 05 && ../shared/gpu/stage-deps.sh --build
 # then, on the GPU host from the project's root, with $OUT the folder that comes back:
