@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lab 04's GPU check, prepared to run in one sitting on the GPU host (about 3
+# Lab 04's GPU check, prepared to run in one sitting on the GPU host (about 4
 # minutes; see ../shared/gpu/README.md). Build and stage here first:
 #     ./dtl build 04 && ../shared/gpu/stage-deps.sh --build
 # then, on the GPU host from the project's root, with $OUT the folder that comes back:
@@ -14,6 +14,10 @@
 #   3. one GPU test once more at 2 ranks under compute-sanitizer's memcheck, when it
 #      is there (an out-of-bounds bucket view or a use of freed memory shows there
 #      even when the numbers happen to agree)
+#   4. PyTorch's DDP over NCCL on the same model, batch and bucket cap, one rank
+#      (bench/torch_ddp.py; PyTorch's own NCCL 2.28 refuses two ranks on one GPU),
+#      then torch-vs-dtl.log: its step time, tokens/s and peak memory beside the
+#      np1 row's (bench-np1.json)
 set -uo pipefail
 # $OUT, the staged environment, step() and machine.txt (shared by every GPU check).
 # shellcheck source=harness/cuda/gpu_check_steps.sh
@@ -22,7 +26,8 @@ dir=build/labs/04_bucketed_ddp
 
 step ctest-gpu 240 bash -c "cd build && ctest -R 'lab04_reference_gpu' --output-on-failure"
 for np in 1 2; do
-  step "bench-np$np" 180 mpirun -n "$np" "$dir/lab04_bench" --benchmark_filter='Gpu/' --dtl_quick
+  step "bench-np$np" 180 mpirun -n "$np" "$dir/lab04_bench" --benchmark_filter='Gpu/' --dtl_quick \
+    --benchmark_out="$OUT/bench-np$np.json" --benchmark_out_format=json
 done
 if command -v compute-sanitizer >/dev/null; then
   step memcheck-np2 300 mpirun -n 2 compute-sanitizer --tool memcheck --error-exitcode 9 \
@@ -30,4 +35,9 @@ if command -v compute-sanitizer >/dev/null; then
 else
   echo "no compute-sanitizer: memcheck skipped" | tee -a "$summary"
 fi
-cat "$summary"
+# PyTorch loads its own CUDA and NCCL libraries: no LD_LIBRARY_PATH (../shared/gpu/README.md).
+step torch-ddp-np1 240 env -u LD_LIBRARY_PATH python3 labs/04_bucketed_ddp/bench/torch_ddp.py \
+  --out "$OUT/torch-ddp-np1.jsonl"
+step torch-vs-dtl 30 python3 harness/nn/bench/torch_bench_util.py compare "$OUT/bench-np1.json" \
+  "$OUT/torch-ddp-np1.jsonl"
+cat "$OUT/torch-vs-dtl.log" "$summary"
