@@ -25,7 +25,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = "04"
-REFERENCE = ROOT / "reference" / "04_bucketed_ddp" / "src"
+# A submission is a student's checkout: lab 04's files and those of lab 03, whose
+# ring lab 04 builds on (both the reference's here).
+LABS = ("03_ring_allreduce", "04_bucketed_ddp")
 
 # name: (file, old, new). Each `old` stands exactly once in the reference's file.
 MUTANTS = {
@@ -52,13 +54,16 @@ MUTANTS = {
 
 
 def make_submission(dest: Path, mutant: str | None) -> None:
-    dest.mkdir(parents=True)
-    for path in sorted(REFERENCE.iterdir()):
-        if path.suffix in (".cc", ".h"):
-            shutil.copyfile(path, dest / path.name)
+    for lab in LABS:
+        src = dest / "labs" / lab / "src"
+        src.mkdir(parents=True)
+        for path in sorted((ROOT / "reference" / lab / "src").iterdir()):
+            if path.suffix in (".cc", ".h", ".cu", ".cuh"):
+                shutil.copyfile(path, src / path.name)
     if mutant is None:
         return
     file, old, new = MUTANTS[mutant]
+    file = Path("labs") / LABS[1] / "src" / file
     text = (dest / file).read_text()
     if text.count(old) != 1:
         sys.exit(f"batch_bench: mutant {mutant}: {old!r} stands {text.count(old)} times in {file}, not once")
