@@ -66,38 +66,41 @@ class P2pWork final : public WorkImpl {
     if (tag_request_ != MPI_REQUEST_NULL) {
       int arrived = 0;
       DTL_MPI_CHECK(MPI_Test(&tag_request_, &arrived, MPI_STATUS_IGNORE));
-      if (arrived && info_.op == PeerOp::kRecv && *tag_box_ != info_.tag) {
-        channel_->failed.store(true);
-        throw Error("NcclPeerLink: rank " + std::to_string(info_.peer) + " sent tag " + std::to_string(*tag_box_) +
-                    " where this receive expected tag " + std::to_string(info_.tag) +
-                    ": NCCL pairs messages by order, not by tag, so both ranks must issue their messages to each "
-                    "other in the same order (Note [Tags and NCCL's order], harness/comm/peer_link.h)");
-      }
     }
-    const cudaError_t rc = cudaEventQuery(done_.get());
-    if (rc == cudaErrorNotReady) {
-      ncclResult_t async = ncclSuccess;
-      DTL_NCCL_CHECK(ncclCommGetAsyncError(channel_->comm.get(), &async));
-      if (async != ncclSuccess && async != ncclInProgress) {
-        channel_->failed.store(true);
-        detail::throw_nccl_error(static_cast<int>(async), ncclGetErrorString(async),
-                                 "ncclCommGetAsyncError (the send or receive failed in flight)", __FILE__, __LINE__);
+    if (!landed_) {
+      const cudaError_t rc = cudaEventQuery(done_.get());
+      if (rc == cudaErrorNotReady) {
+        ncclResult_t async = ncclSuccess;
+        DTL_NCCL_CHECK(ncclCommGetAsyncError(channel_->comm.get(), &async));
+        if (async != ncclSuccess && async != ncclInProgress) {
+          channel_->failed.store(true);
+          detail::throw_nccl_error(static_cast<int>(async), ncclGetErrorString(async),
+                                   "ncclCommGetAsyncError (the send or receive failed in flight)", __FILE__, __LINE__);
+        }
+        return false;
       }
-      return false;
+      if (rc != cudaSuccess) channel_->failed.store(true);
+      DTL_CUDA_CHECK(rc);
+      landed_ = true;
+      end_ = clock_seconds();
+      // Kernels queued from now on run after the message: they read a landed
+      // receive, and may overwrite or free a sent buffer (Note [One channel per
+      // direction]). Done before any error below, so that freeing the buffer is safe.
+      DTL_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_.get(), 0));
     }
-    if (rc != cudaSuccess) channel_->failed.store(true);
-    DTL_CUDA_CHECK(rc);
     if (tag_request_ != MPI_REQUEST_NULL) return false;  // the data landed; its tag is still on the way
     complete_ = true;
-    const double end = clock_seconds();
     float ms = 0.0F;
     if (cudaEventElapsedTime(&ms, ready_.get(), done_.get()) == cudaSuccess) {
-      set_start(std::max(issue_seconds(), end - static_cast<double>(ms) * 1e-3));
+      set_start(std::max(issue_seconds(), end_ - static_cast<double>(ms) * 1e-3));
     }
-    set_end(end);
-    // Kernels queued from now on run after the message: they read a landed
-    // receive, and may overwrite a sent buffer (Note [One channel per direction]).
-    DTL_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_.get(), 0));
+    set_end(end_);
+    if (info_.op == PeerOp::kRecv && *tag_box_ != info_.tag) {
+      throw Error("NcclPeerLink: rank " + std::to_string(info_.peer) + " sent tag " + std::to_string(*tag_box_) +
+                  " where this receive expected tag " + std::to_string(info_.tag) +
+                  ": NCCL pairs messages by order, not by tag, so both ranks must issue their messages to each "
+                  "other in the same order (Note [Tags and NCCL's order], harness/comm/peer_link.h)");
+    }
     return true;
   }
 
@@ -116,7 +119,9 @@ class P2pWork final : public WorkImpl {
   std::shared_ptr<NcclPeerLink::Channel> channel_;
   std::unique_ptr<int> tag_box_;  // the tag sent, or the place the peer's tag lands
   MPI_Request tag_request_;
-  bool complete_ = false;
+  bool landed_ = false;    // the host saw `done`: the compute stream waits for it
+  bool complete_ = false;  // landed, and the tag arrived
+  double end_ = 0.0;       // when the host saw `done`
 };
 
 GpuPlacement checked_placement(MPI_Comm chain) {
