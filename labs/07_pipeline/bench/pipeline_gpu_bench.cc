@@ -20,7 +20,6 @@
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -50,19 +49,6 @@ constexpr int kUnits = 8, kMicro = 8;
 std::unique_ptr<dtl::testing::GpuTraining> g_gpu;
 int g_device = -1;
 
-// GPipe (all F, then all B) or 1F1B (warm-up P - 1 - s, steady, cool-down), the bench's own orders.
-std::vector<lab07::Action> order(bool one_f_one_b, int P, int s, int m) {
-  std::vector<lab07::Action> out;
-  const int warm = one_f_one_b ? std::min(m, P - s) : m;
-  int f = 0, b = 0;
-  while (f < warm) out.push_back({lab07::Pass::kForward, f++});
-  while (b < m) {
-    out.push_back({lab07::Pass::kBackward, b++});
-    if (f < m) out.push_back({lab07::Pass::kForward, f++});
-  }
-  return out;
-}
-
 void pipeline_row(benchmark::State& state, bool one_f_one_b) {
   if (!g_gpu) g_gpu = std::make_unique<dtl::testing::GpuTraining>(comm(), g_device);
   nn::ComputeStreamScope scope(g_gpu->compute_stream());
@@ -86,7 +72,9 @@ void pipeline_row(benchmark::State& state, bool one_f_one_b) {
   for (float& v : hx.span<float>()) v = static_cast<float>(rng.normal());
   for (auto& v : hy.span<std::int32_t>()) v = static_cast<std::int32_t>(rng.below(kClasses));
   const nn::Tensor x = hx.to(nn::Device::kCuda), y = hy.to(nn::Device::kCuda);
-  const std::vector<lab07::Action> schedule = order(one_f_one_b, P, s, kMicro);
+  // The flavor's own schedules (the reference's, or yours with --student), as the CPU rows.
+  const std::vector<lab07::Action> schedule = one_f_one_b ? lab07::one_f_one_b_schedule(P, s, kMicro)
+                                                          : lab07::gpipe_schedule(P, s, kMicro);
   auto step = [&] {
     timer.begin_step();
     pipe.train_step(x, y, schedule);
