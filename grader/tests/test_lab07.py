@@ -13,6 +13,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import helpers  # noqa: E402
+from dtlgrade.runner import gpu_available  # noqa: E402
+
+HAVE_GPU = gpu_available()
 
 
 # GPipe's order returned for 1F1B: every forward, then every backward. Correct (item 2,
@@ -47,7 +50,8 @@ class TestLab07Reference(helpers.GraderAssertions, unittest.TestCase):
         self.assertGreater(self.load_share, MIN_SHARE, "the load was not there")
 
     def test_full_marks(self):
-        self.assertReferenceFullMarks(self.graded, 135, items=17)  # 12 public + 2 speed + 3 example hidden items
+        # 12 public items + 1 GPU item + 2 speed + 3 example hidden
+        self.assertReferenceFullMarks(self.graded, 145 if HAVE_GPU else 135, items=18)
 
     def test_gpipe_submitted_as_1f1b_loses_the_memory_item(self):
         # In the kept tree (graded as the reference): 1F1B's schedule replaced by

@@ -17,9 +17,10 @@
 ///     recorded on this stream first, and this stream must wait for the side
 ///     stream's event before it overwrites the buffer. That is the caller's
 ///     business, done in one place, not in each op.
-/// Allocation is the exception: cudaMalloc and cudaFree may synchronize, which
-/// is why activation buffers are reused (detail::ensure) and steady-state
-/// training allocates nothing.
+/// Allocation is queued too: device memory comes and goes with cudaMallocAsync
+/// and cudaFreeAsync on this stream (Note [Stream-ordered device memory] in
+/// tensor.cc), never a device-wide cudaFree. Activation buffers are still reused
+/// (detail::ensure), so steady-state training allocates little.
 ///
 /// The stream is a `CUstream_st*` (what `cudaStream_t` is) so that this header
 /// needs no CUDA header and compiles in a build without CUDA.

@@ -67,6 +67,18 @@ bool pinned_by_cuda() {
 
 }  // namespace
 
+// Note [Stream-ordered device memory]
+// Device memory comes from cudaMallocAsync and goes back with cudaFreeAsync, both
+// on the calling thread's compute stream (harness/nn/compute_stream.h), and is
+// zeroed there (cudaMemsetAsync): ordered with the kernels of that stream and
+// synchronizing nothing else. cudaFree would wait for the whole device, every
+// stream of this process, and that is a deadlock once an NCCL receive is posted
+// ahead on a stream of its own (lab 07's NcclPeerLink): a stage freeing a
+// finished send's copy would wait for a receive whose sender waits for this
+// stage's next message. The other streams are ordered by events: NCCL's operations
+// start after a `ready` event recorded on the compute stream after the allocation,
+// and a buffer is freed only after the compute stream waited for their `done`.
+
 Storage::Storage(std::int64_t bytes, MemoryCategory category, Device device)
     : bytes_(bytes), category_(category), device_(device) {
   DTL_REQUIRE_ARG(bytes >= 0, "Storage", "bytes", "is negative (" + std::to_string(bytes) + ")");
@@ -85,8 +97,9 @@ void Storage::allocate() {
     const auto n = static_cast<std::size_t>(bytes_);
     if (device_ == Device::kCuda) {
 #ifdef DTL_HAVE_CUDA
-      DTL_CUDA_CHECK(cudaMalloc(&data_, n));
-      dtl::cuda::zero(data_, n, nullptr);
+      // See Note [Stream-ordered device memory].
+      DTL_CUDA_CHECK(cudaMallocAsync(&data_, n, compute_stream()));
+      DTL_CUDA_CHECK(cudaMemsetAsync(data_, 0, n, compute_stream()));
 #endif
     } else if (device_ == Device::kPinnedHost && pinned_by_cuda()) {
 #ifdef DTL_HAVE_CUDA
@@ -109,7 +122,7 @@ void Storage::release() noexcept {
   if (data_ != nullptr) {
     if (device_ == Device::kCuda) {
 #ifdef DTL_HAVE_CUDA
-      cudaFree(data_);  // errors ignored: this runs in destructors
+      cudaFreeAsync(data_, compute_stream());  // Note [Stream-ordered device memory]; errors ignored (a destructor)
 #endif
     } else if (device_ == Device::kPinnedHost && pinned_by_cuda()) {
 #ifdef DTL_HAVE_CUDA

@@ -46,6 +46,11 @@ class GpuTraining {
     auto nccl = std::make_unique<NcclCommunicator>(parent, compute_.get());
     backend_ = std::make_unique<HostDeviceCommunicator>(std::move(host), std::move(nccl), cuda::is_device_pointer);
   }
+  /// @brief Waits for the compute stream first: device memory freed after this object
+  /// (a model that outlives it) goes back on the legacy default stream, which does not
+  /// wait for this non-blocking stream (Note [Stream-ordered device memory] in
+  /// harness/nn/tensor.cc). The compute stream never waits for anything unfinished.
+  ~GpuTraining() { cudaStreamSynchronize(compute_.get()); }  // errors ignored: a destructor
   GpuTraining(const GpuTraining&) = delete;
   GpuTraining& operator=(const GpuTraining&) = delete;
 

@@ -126,6 +126,19 @@ class StreamModelCommunicator final : public dtl::Communicator {
     return "";
   }
 
+  /// @brief Records an operation issued elsewhere (a PeerLink's send or receive, see
+  /// harness/testing/stream_model_peer_link.h) as if issued here: its ready entry now,
+  /// its done entry when the returned operation is seen complete.
+  /// @param[in] inner the operation, issued on its own backend.
+  /// @param[in] what its description.
+  /// @param[in] out the buffer it writes (null: none). @param[in] out_bytes its size.
+  /// @param[in] in the buffer it reads (null: none). @param[in] in_bytes its size.
+  /// @return the operation to hand back in its place.
+  std::unique_ptr<dtl::WorkImpl> track(dtl::Work inner, const std::string& what, const void* out, std::size_t out_bytes,
+                                       const void* in, std::size_t in_bytes) {
+    return issue(what, out, out_bytes, in, in_bytes, [&] { return std::move(inner); });
+  }
+
   /// @brief The entries from `at` - 4 to `at` + 2, one a line, for messages.
   /// @param[in] at an entry index.
   /// @return the lines.
@@ -142,22 +155,22 @@ class StreamModelCommunicator final : public dtl::Communicator {
 
  protected:
   std::unique_ptr<dtl::WorkImpl> do_allreduce(void* buf, const dtl::OpInfo& info) override {
-    return issue(info, buf, info.total_bytes(), buf, info.total_bytes(),
+    return issue(info.description, buf, info.total_bytes(), buf, info.total_bytes(),
                  [&] { return inner_.allreduce(buf, info.count, info.dtype, info.op); });
   }
   std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
-    return issue(info, buf, info.total_bytes(), buf, info.total_bytes(),
+    return issue(info.description, buf, info.total_bytes(), buf, info.total_bytes(),
                  [&] { return inner_.broadcast(buf, info.count, info.dtype, info.root); });
   }
   std::unique_ptr<dtl::WorkImpl> do_reduce_scatter(const void* send_buf, void* recv_buf,
                                                    const dtl::OpInfo& info) override {
     // Writes one block, reads all P blocks.
-    return issue(info, recv_buf, block_bytes(info), send_buf, info.total_bytes(),
+    return issue(info.description, recv_buf, block_bytes(info), send_buf, info.total_bytes(),
                  [&] { return inner_.reduce_scatter(send_buf, recv_buf, info.count, info.dtype, info.op); });
   }
   std::unique_ptr<dtl::WorkImpl> do_allgather(const void* send_buf, void* recv_buf, const dtl::OpInfo& info) override {
     // Writes all P blocks, reads one.
-    return issue(info, recv_buf, info.total_bytes(), send_buf, block_bytes(info),
+    return issue(info.description, recv_buf, info.total_bytes(), send_buf, block_bytes(info),
                  [&] { return inner_.allgather(send_buf, recv_buf, info.count, info.dtype); });
   }
 
@@ -174,8 +187,8 @@ class StreamModelCommunicator final : public dtl::Communicator {
   // The inner Work; on completion, the kDone entry (the compute stream waits for `done` there).
   class Forward final : public dtl::WorkImpl {
    public:
-    Forward(dtl::Work work, const dtl::OpInfo& info, StreamModelCommunicator* owner, Entry done)
-        : dtl::WorkImpl(info.description),
+    Forward(dtl::Work work, const std::string& description, StreamModelCommunicator* owner, Entry done)
+        : dtl::WorkImpl(description),
           work_(std::move(work)),
           owner_(owner),
           done_(std::move(done)),
@@ -203,15 +216,15 @@ class StreamModelCommunicator final : public dtl::Communicator {
   };
 
   template <typename Issue>
-  std::unique_ptr<dtl::WorkImpl> issue(const dtl::OpInfo& info, const void* out, std::size_t out_bytes,
+  std::unique_ptr<dtl::WorkImpl> issue(const std::string& description, const void* out, std::size_t out_bytes,
                                        const void* in, std::size_t in_bytes, Issue&& call) {
     const int op = next_op_++;
-    Entry ready{Kind::kReady, static_cast<const std::byte*>(out), out_bytes, op, info.description,
+    Entry ready{Kind::kReady, static_cast<const std::byte*>(out), out_bytes, op, description,
                 static_cast<const std::byte*>(in), in_bytes};
     entries_.push_back(ready);
     Entry done = ready;
     done.kind = Kind::kDone;
-    return std::make_unique<Forward>(call(), info, this, std::move(done));
+    return std::make_unique<Forward>(call(), description, this, std::move(done));
   }
 
   dtl::Communicator& inner_;

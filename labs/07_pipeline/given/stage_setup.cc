@@ -1,7 +1,7 @@
 // Lab 07, given (not a task; compiled into both builds): a PipelineStage's set-up
 // and tear-down around your executor (src/stage.cc): the constructor's checks and
-// the stage's own communicator, the destructor that cancels what an exception
-// left in flight, and the check that a schedule is one F and one B per
+// the stage's link (its own MpiPeerLink, or PipelineOptions::link), the destructor
+// that leaves behind what an exception left in flight, and the check that a schedule is one F and one B per
 // micro-batch, each B after its F.
 #include <mpi.h>
 
@@ -37,26 +37,32 @@ PipelineStage::PipelineStage(MPI_Comm pipeline, nn::Model model, const nn::Stage
   DTL_REQUIRE_ARG(m >= 1 && m <= batch_ && m <= kMaxMicroBatches, "PipelineStage", "micro_batches",
                   "is " + std::to_string(m) + "; it must be in [1, " +
                       std::to_string(std::min<std::int64_t>(batch_, kMaxMicroBatches)) + "] (at least one row each)");
-  comm_ = Comm(pipeline);  // our own matching context: no message of the caller's can match ours
+  if (options_.link != nullptr) {
+    DTL_REQUIRE_ARG(options_.link->size() == size && options_.link->rank() == rank, "PipelineStage", "options.link",
+                    "is rank " + std::to_string(options_.link->rank()) + " of " + std::to_string(options_.link->size()) +
+                        "; it must span the pipeline's ranks, this one being rank " + std::to_string(rank) + " of " +
+                        std::to_string(size));
+    link_ = options_.link;
+  } else {
+    // Our own duplicate of `pipeline` (collective): no message of the caller's can match ours.
+    own_link_ = std::make_unique<MpiPeerLink>(pipeline);
+    link_ = own_link_.get();
+  }
+  const std::vector<nn::Parameter*> params = model_.parameters();
+  if (!params.empty()) device_ = params.front()->value.device();
   stage_ = rank;
   stages_ = size;
 }
 
 PipelineStage::~PipelineStage() {
-  // Only after an exception can requests still be pending here. Receives are
-  // cancelled. A send cannot be taken back: its request is freed and its buffer
-  // deliberately leaked, since MPI may still read it.
-  for (std::vector<Pending>* list : {&activation_recv_, &gradient_recv_}) {
+  // Only after an exception can operations still be pending here. Destroying
+  // their Works would wait for them, maybe forever (a receive whose send never
+  // comes), and a message cannot be taken back: each is left behind, Work and
+  // buffer deliberately leaked, since the link may still write or read the buffer.
+  for (std::vector<Pending>* list : {&activation_recv_, &gradient_recv_, &sends_}) {
     for (Pending& p : *list) {
-      if (p.request == MPI_REQUEST_NULL) continue;
-      MPI_Cancel(&p.request);
-      MPI_Wait(&p.request, MPI_STATUS_IGNORE);
+      if (!p.work.completed()) new Pending(std::move(p));  // NOLINT: leaked on purpose, see above
     }
-  }
-  for (Pending& p : sends_) {
-    if (p.request == MPI_REQUEST_NULL) continue;
-    MPI_Request_free(&p.request);
-    new nn::Tensor(std::move(p.buffer));  // NOLINT: leaked on purpose, see above
   }
 }
 

@@ -44,11 +44,12 @@ void PipelineStage::post_receive(const Action& action) {
   if (forward ? stage_ == 0 : stage_ == stages_ - 1) return;
   Pending& p = (forward ? activation_recv_ : gradient_recv_)[static_cast<std::size_t>(i)];
   if (p.posted) return;
-  // TODO(student): Post the nonblocking receive of this action's message on comm_ into a new
-  //   kCommunication f32 buffer of the right shape for micro-batch i's rows (an activation:
-  //   the stage's input shape; a gradient: its output shape), from the neighbour that sends
-  //   it, on its tag (activation_tag(i), gradient_tag(i)); mark it posted (Note
-  //   [Deadlock-free ordering], handout Task C).
+  // TODO(student): Post the nonblocking receive (link_->irecv()) of this action's message into a new
+  //   kCommunication f32 buffer on the model's device (device_) of the right shape for
+  //   micro-batch i's rows (an activation: the stage's input shape; a gradient: its output
+  //   shape), from the neighbour that sends it, on its tag (activation_tag(i),
+  //   gradient_tag(i)); keep its Work and mark it posted (Note [Deadlock-free ordering],
+  //   handout Task C).
   throw dtl::NotImplemented("PipelineStage::post_receive");
 }
 
@@ -56,7 +57,7 @@ void PipelineStage::post_receives(std::span<const Action> schedule, std::size_t 
   // TODO(student): Before action k runs: its own receive is posted (required: wait_receive() waits on it),
   //   and so are the receives of the next forward and the next backward after k in
   //   `schedule` (one of each kind ahead, no more: each posted receive holds a buffer). Since
-  //   every send is an MPI_Isend completed only at the end of the step, how far ahead does
+  //   every send is an isend() completed only at the end of the step, how far ahead does
   //   not decide correctness, only how early a message can land (Note [Deadlock-free
   //   ordering]). post_receive() ignores a receive already posted.
   throw dtl::NotImplemented("PipelineStage::post_receives");
@@ -66,14 +67,16 @@ nn::Tensor PipelineStage::wait_receive(const Action& action) {
   Pending& p =
       (action.pass == Pass::kForward ? activation_recv_ : gradient_recv_)[static_cast<std::size_t>(action.micro_batch)];
   // TODO(student): Block until the posted receive of this action completes (this is where a stage idles in
-  //   the bubble) and return its buffer; the Pending keeps no handle to it.
+  //   the bubble) and return its buffer; the Pending keeps no handle to it. Only after the wait
+  //   may the buffer be read (Note [A stage on a GPU]).
   throw dtl::NotImplemented("PipelineStage::wait_receive");
 }
 
 void PipelineStage::send(const nn::Tensor& t, int peer, int tag) {
-  // TODO(student): Send t to peer on comm_ with `tag` without blocking, from a kCommunication copy of its
-  //   own (the layer may overwrite or free t before the send completes); keep copy and
-  //   request in sends_ until the send completes (Note [Deadlock-free ordering]).
+  // TODO(student): Send t to peer with `tag` without blocking (link_->isend()), from a kCommunication copy
+  //   of its own (the layer may overwrite or free t before the send completes); keep copy and
+  //   Work in sends_ until the send completes (Note [Deadlock-free ordering], Note [A stage
+  //   on a GPU]).
   throw dtl::NotImplemented("PipelineStage::send");
 }
 
@@ -151,8 +154,8 @@ double PipelineStage::train_step(const nn::Tensor& x, const nn::Tensor& targets,
   events_.clear();
   step_loss_ = 0.0;
   if (!options_.after_backward) model_.zero_grad();
-  activation_recv_.assign(m, Pending{});
-  gradient_recv_.assign(m, Pending{});
+  activation_recv_ = std::vector<Pending>(m);  // Pending is move-only (its Work)
+  gradient_recv_ = std::vector<Pending>(m);
   inputs_.assign(m, nn::Tensor());
   loss_grads_.assign(m, nn::Tensor());
   // TODO(student): Run the schedule's actions in order, forwards through forward() and backwards through

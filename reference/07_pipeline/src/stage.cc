@@ -45,18 +45,19 @@ void PipelineStage::post_receive(const Action& action) {
   Pending& p = (forward ? activation_recv_ : gradient_recv_)[static_cast<std::size_t>(i)];
   if (p.posted) return;
   // BEGIN SOLUTION(PipelineStage::post_receive)
-  // | Post the nonblocking receive of this action's message on comm_ into a new
-  // | kCommunication f32 buffer of the right shape for micro-batch i's rows (an activation:
-  // | the stage's input shape; a gradient: its output shape), from the neighbour that sends
-  // | it, on its tag (activation_tag(i), gradient_tag(i)); mark it posted (Note
-  // | [Deadlock-free ordering], handout Task C).
+  // | Post the nonblocking receive (link_->irecv()) of this action's message into a new
+  // | kCommunication f32 buffer on the model's device (device_) of the right shape for
+  // | micro-batch i's rows (an activation: the stage's input shape; a gradient: its output
+  // | shape), from the neighbour that sends it, on its tag (activation_tag(i),
+  // | gradient_tag(i)); keep its Work and mark it posted (Note [Deadlock-free ordering],
+  // | handout Task C).
   const RowRange rows = micro_batch_rows(batch_, options_.micro_batches, i);
   const nn::Shape& shape = forward ? stage_info_.input_shape : stage_info_.output_shape;
-  p.buffer = nn::Tensor::zeros(with_rows(shape, rows.rows), nn::DType::kF32, nn::MemoryCategory::kCommunication);
+  p.buffer = nn::Tensor::zeros(with_rows(shape, rows.rows), nn::DType::kF32, nn::MemoryCategory::kCommunication,
+                               device_);
   const int source = forward ? stage_ - 1 : stage_ + 1;
   const int tag = forward ? activation_tag(i) : gradient_tag(i);
-  DTL_MPI_CHECK(MPI_Irecv(p.buffer.raw(), static_cast<int>(p.buffer.numel()), MPI_FLOAT, source, tag, comm_,
-                          &p.request));
+  p.work = link_->irecv(p.buffer.raw(), static_cast<std::size_t>(p.buffer.numel()), nn::DType::kF32, source, tag);
   p.posted = true;
   // END SOLUTION
 }
@@ -66,7 +67,7 @@ void PipelineStage::post_receives(std::span<const Action> schedule, std::size_t 
   // | Before action k runs: its own receive is posted (required: wait_receive() waits on it),
   // | and so are the receives of the next forward and the next backward after k in
   // | `schedule` (one of each kind ahead, no more: each posted receive holds a buffer). Since
-  // | every send is an MPI_Isend completed only at the end of the step, how far ahead does
+  // | every send is an isend() completed only at the end of the step, how far ahead does
   // | not decide correctness, only how early a message can land (Note [Deadlock-free
   // | ordering]). post_receive() ignores a receive already posted.
   post_receive(schedule[k]);
@@ -85,21 +86,22 @@ nn::Tensor PipelineStage::wait_receive(const Action& action) {
       (action.pass == Pass::kForward ? activation_recv_ : gradient_recv_)[static_cast<std::size_t>(action.micro_batch)];
   // BEGIN SOLUTION(PipelineStage::wait_receive)
   // | Block until the posted receive of this action completes (this is where a stage idles in
-  // | the bubble) and return its buffer; the Pending keeps no handle to it.
-  DTL_MPI_CHECK(MPI_Wait(&p.request, MPI_STATUS_IGNORE));
+  // | the bubble) and return its buffer; the Pending keeps no handle to it. Only after the wait
+  // | may the buffer be read (Note [A stage on a GPU]).
+  p.work.wait();
   return std::exchange(p.buffer, nn::Tensor());
   // END SOLUTION
 }
 
 void PipelineStage::send(const nn::Tensor& t, int peer, int tag) {
   // BEGIN SOLUTION(PipelineStage::send)
-  // | Send t to peer on comm_ with `tag` without blocking, from a kCommunication copy of its
-  // | own (the layer may overwrite or free t before the send completes); keep copy and
-  // | request in sends_ until the send completes (Note [Deadlock-free ordering]).
+  // | Send t to peer with `tag` without blocking (link_->isend()), from a kCommunication copy
+  // | of its own (the layer may overwrite or free t before the send completes); keep copy and
+  // | Work in sends_ until the send completes (Note [Deadlock-free ordering], Note [A stage
+  // | on a GPU]).
   Pending p;
   p.buffer = t.clone(nn::MemoryCategory::kCommunication);
-  DTL_MPI_CHECK(MPI_Isend(p.buffer.raw(), static_cast<int>(p.buffer.numel()), MPI_FLOAT, peer, tag, comm_,
-                          &p.request));
+  p.work = link_->isend(p.buffer.raw(), static_cast<std::size_t>(p.buffer.numel()), nn::DType::kF32, peer, tag);
   sends_.push_back(std::move(p));
   // END SOLUTION
 }
@@ -109,9 +111,7 @@ void PipelineStage::test_sends() {
   // | Drop (and so free) every send in sends_ that has completed; never block.
   std::vector<Pending> still;
   for (Pending& p : sends_) {
-    int done = 0;
-    DTL_MPI_CHECK(MPI_Test(&p.request, &done, MPI_STATUS_IGNORE));
-    if (!done) still.push_back(std::move(p));
+    if (!p.work.test()) still.push_back(std::move(p));
   }
   sends_ = std::move(still);
   // END SOLUTION
@@ -120,11 +120,7 @@ void PipelineStage::test_sends() {
 void PipelineStage::wait_sends() {
   // BEGIN SOLUTION(PipelineStage::wait_sends)
   // | Return once every send in sends_ has completed, with sends_ empty.
-  std::vector<MPI_Request> requests;
-  for (Pending& p : sends_) requests.push_back(p.request);
-  if (!requests.empty()) {
-    DTL_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
-  }
+  for (Pending& p : sends_) p.work.wait();
   sends_.clear();
   // END SOLUTION
 }
@@ -222,8 +218,8 @@ double PipelineStage::train_step(const nn::Tensor& x, const nn::Tensor& targets,
   events_.clear();
   step_loss_ = 0.0;
   if (!options_.after_backward) model_.zero_grad();
-  activation_recv_.assign(m, Pending{});
-  gradient_recv_.assign(m, Pending{});
+  activation_recv_ = std::vector<Pending>(m);  // Pending is move-only (its Work)
+  gradient_recv_ = std::vector<Pending>(m);
   inputs_.assign(m, nn::Tensor());
   loss_grads_.assign(m, nn::Tensor());
   // BEGIN SOLUTION(PipelineStage::train_step)

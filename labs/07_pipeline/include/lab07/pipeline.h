@@ -16,7 +16,8 @@
 ///     GPipe (all forwards, then all backwards) and 1F1B (warm-up, one forward
 ///     one backward, cool-down) (gpipe_schedule(), one_f_one_b_schedule());
 ///   - Task C (stage.cc): the executor that runs a schedule on one stage with
-///     nonblocking sends and receives tagged per micro-batch, activation slots,
+///     nonblocking sends and receives tagged per micro-batch (a PeerLink: Open MPI
+///     on the CPU, NCCL on a GPU, Note [A stage on a GPU]), activation slots,
 ///     gradient accumulation and optional activation checkpointing
 ///     (PipelineStage). With m = 1 it is naive model parallelism;
 ///   - Task D (stash.cc): weight stashing for PipeDream's asynchronous 1F1B,
@@ -32,7 +33,7 @@
 ///   - interleaved_stage.cc  InterleavedStage, the executor of a rank's v chunks (lab07/interleave.h).
 ///
 /// See Note [The bubble], Note [GPipe and 1F1B], Note [Activation slots],
-/// Note [Deadlock-free ordering], Note [Activation checkpointing],
+/// Note [Deadlock-free ordering], Note [A stage on a GPU], Note [Activation checkpointing],
 /// Note [Weight stashing], Note [Balancing stages] and Note [Pipeline x data parallel]
 /// below, and Note [Interleaving] in lab07/interleave.h; the handout and the slides
 /// refer to them.
@@ -52,6 +53,7 @@
 #include "harness/bench/timeline.h"
 #include "harness/comm/communicator.h"
 #include "harness/comm/mpi_comm.h"
+#include "harness/comm/peer_link.h"
 #include "harness/nn/layers.h"
 #include "harness/nn/model.h"
 #include "harness/nn/tensor.h"
@@ -139,12 +141,14 @@ namespace dtl::lab07 {
 // MPI_Send above the eager limit (4 KiB on this machine's Open MPI) this
 // deadlocks in 1F1B's steady state: stage s sends F(i)'s activation to s + 1
 // while s + 1 sends B(j)'s gradient to s, and each send waits for a receive that
-// its peer only posts after its own send returns. The executor therefore
+// its peer only posts after its own send returns. The executor's messages go
+// through a dtl::PeerLink (harness/comm/peer_link.h; on the CPU MpiPeerLink:
+// MPI_Isend, MPI_Irecv, MPI_Wait), and it therefore
 //
-//   - sends only with MPI_Isend, from a copy it keeps until the send completes:
+//   - sends only with isend(), from a copy it keeps until the send completes:
 //     a send never blocks;
-//   - posts each receive (MPI_Irecv) before it is needed, and blocks only in
-//     MPI_Wait on the receive of the action it runs next;
+//   - posts each receive (irecv()) before it is needed, and blocks only in
+//     the Work::wait() of the receive of the action it runs next (MPI_Wait);
 //   - tags every message with its micro-batch and direction:
 //     activation of micro-batch i = tag 2i, gradient of micro-batch i = tag 2i + 1
 //     (activation_tag(), gradient_tag()). A receive names its source and its tag,
@@ -162,6 +166,31 @@ namespace dtl::lab07 {
 // for B0's gradient, stage 1 for F1's activation. The test harness's watchdog
 // reports it as a DEADLOCK, each rank in MPI_Wait on its Irecv, with source and
 // tag: never a silent hang.
+
+// Note [A stage on a GPU]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// The same executor runs a stage whose model is on a GPU (Model::to(Device::kCuda)):
+// every layer's kernels are queued on one compute stream (harness/nn/compute_stream.h),
+// and PipelineOptions::link is a dtl::NcclPeerLink (harness/comm/nccl_peer_link.h),
+// whose ncclSend/ncclRecv run on a stream per direction (its Note [One channel per
+// direction]). Then, on stage s:
+//
+//     compute:  F(i): wait(recv act i) ... kernels ... clone y [ready]  F(i+1) ...
+//                        ^                                   |
+//     act in:  ncclRecv act i -> [done]                      |
+//     act out:                                   wait(ready) -> ncclSend act i -> [done]
+//
+//   - a receive's buffer may be read only after its Work::wait(): only then does
+//     the compute stream wait for the receive's `done`;
+//   - a send reads its buffer after the kernels queued before isend() (its
+//     `ready`), concurrently with the kernels queued after: the buffer must be a
+//     copy nothing else writes, kept until the send completed;
+//   - NCCL pairs messages by order, not by tag: each direction's messages must be
+//     issued in the same order on both ends (GPipe and 1F1B do: Note [Tags and
+//     NCCL's order] in harness/comm/peer_link.h);
+//   - buffers are made on the model's device (device_).
+// A stage written by these rules runs unchanged on both; the CPU tests check the
+// rules where there is no GPU (a stream model of the link, tests/stream_order_test.cc).
 
 // Note [Activation checkpointing]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -432,6 +461,10 @@ struct PipelineOptions {
   /// there and zeroes the gradients); every call raises the weight version by one.
   std::function<void(int micro_batch)> after_backward;
   WeightStash* stash = nullptr;  ///< if set, save() at each F, begin/end_backward() around each B
+  /// If set, the stage's messages go through it (not owned; it must span the pipeline's
+  /// ranks, rank s = stage s, and outlive the stage): a dtl::NcclPeerLink on a GPU
+  /// (Note [A stage on a GPU]). If null, the stage makes a dtl::MpiPeerLink on `pipeline`.
+  PeerLink* link = nullptr;
 };
 
 /// @brief One forward or backward as the stage ran it.
@@ -504,11 +537,11 @@ class PipelineStage {
   int version() const noexcept { return version_; }
 
  private:
-  /// @brief A posted receive: its buffer (kCommunication) and request.
+  /// @brief A posted receive or a send in flight: its buffer (kCommunication) and its Work.
   struct Pending {
-    nn::Tensor buffer;                       ///< what is received into, or the copy that is sent
-    MPI_Request request = MPI_REQUEST_NULL;  ///< its request; MPI_REQUEST_NULL once complete
-    bool posted = false;                     ///< a receive: posted in this step (it is never posted twice)
+    nn::Tensor buffer;     ///< what is received into, or the copy that is sent
+    Work work;             ///< the link's operation on it; completed() once waited for
+    bool posted = false;   ///< a receive: posted in this step (it is never posted twice)
   };
   void check_schedule(std::span<const Action> schedule) const;
   void post_receives(std::span<const Action> schedule, std::size_t k);
@@ -520,7 +553,9 @@ class PipelineStage {
   void forward(int i, const nn::Tensor& x, const nn::Tensor& targets);
   void backward(int i);
 
-  Comm comm_;
+  std::unique_ptr<PeerLink> own_link_;  // the MpiPeerLink made when options.link is null
+  PeerLink* link_ = nullptr;            // the messages' link: options.link or own_link_
+  nn::Device device_ = nn::Device::kCpu;  // where the model's parameters are: buffers go there too
   nn::Model model_;
   nn::Stage stage_info_;
   PipelineOptions options_;
