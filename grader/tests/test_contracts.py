@@ -206,6 +206,16 @@ class TestContracts(unittest.TestCase):
                                              "03_ring_allreduce/slides.md").items():
             self.assertNotRegex(text, table, name)
 
+    def test_the_vocabulary_parallel_loss_is_in_the_hints_only(self):
+        # Lab 08, task C: which few numbers per row assemble the loss (a shift by the row
+        # maximum, gathered; the sums of exp and the target's logit, allreduced).
+        loss = re.compile(r"exp\s*\(\s*z\w*\s*-\s*M\s*\)|\bmax_r\b|M\s*=\s*max")
+        handout = (ROOT / "labs" / "08_tensor_parallel" / "README.md").read_text().replace("−", "-")
+        self.assertRegex(handout, loss, "the loss's numbers should be in task C's hints")
+        for name, text in self.student_texts("08_tensor_parallel", "lab08/vocab_parallel.h",
+                                             "08_tensor_parallel/slides.md").items():
+            self.assertNotRegex(text, loss, name)
+
 
 if __name__ == "__main__":
     unittest.main()
