@@ -169,9 +169,6 @@ inline std::vector<Action> order_of(Order o, int stages, int stage, int m) {
   return o == Order::kGPipe ? gpipe_order(stages, stage, m) : one_f_one_b_order(stages, stage, m);
 }
 
-  return peak;
-}
-
 // ---------------------------------------------------------------------------
 // One pipeline, as the tests run it
 // ---------------------------------------------------------------------------

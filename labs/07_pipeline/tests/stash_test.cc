@@ -129,7 +129,9 @@ TEST(Stash, WithoutItTheVersionsAreMixed) {
   }
   // B(i) runs after i updates; F(i) ran after fewer wherever the stage warmed up.
   EXPECT_EQ(mixed, stale) << "stage " << s << " of " << P;
-  if (s + 1 < P) EXPECT_GT(mixed, 0) << "stage " << s << " of " << P << ": a warm-up without mixed versions";
+  if (s + 1 < P) {
+    EXPECT_GT(mixed, 0) << "stage " << s << " of " << P << ": a warm-up without mixed versions";
+  }
 }
 
 }  // namespace
