@@ -61,8 +61,9 @@ void broadcast_binomial(MPI_Comm comm, std::span<T> buf, int root, int tag) {
   // | tree of section (a): non-roots receive exactly once, the root receives nothing and sends
   // | exactly L = ceil(log2 P) messages, nobody sends more than L, P - 1 messages in all, each
   // | of the whole buffer, all on `tag`; blocking MPI_Send/MPI_Recv are safe (a tree has no
-  // | cycle of waits). Which rank sends to which, from rank, root and size alone, is the task
-  // | (handout Task A and its hints; the counts are section (e)'s).
+  // | cycle of waits). A bad root or tag is refused above (dtl::InvalidArgument naming it, on
+  // | every rank, before any message). Which rank sends to which, from rank, root and size
+  // | alone, is the task (handout Task A and its hints; the counts are section (e)'s).
   const int vrank = (rank - root + size) % size;
   int mask = 1;
   while (mask < size) {
