@@ -159,11 +159,62 @@ class TestContracts(unittest.TestCase):
         import export_student
         handout = (ROOT / "labs" / "07_pipeline" / "README.md").read_text()
         self.assertRegex(handout, warm_up, "the warm-up count should be in task B's hints")
-        texts = {"README.md --hints none": export_student.with_hints(handout, "none"),
+        texts = {"README.md --hints none": export_student.student_text("labs/07_pipeline/README.md", handout, "none"),
                  "lab07/pipeline.h": (ROOT / "labs" / "07_pipeline" / "include" / "lab07" / "pipeline.h").read_text(),
-                 "slides.md": (ROOT / "slides" / "07_pipeline" / "slides.md").read_text()}
+                 "slides.md": (ROOT / "slides" / "07_pipeline" / "slides.md").read_text(),
+                 "grader/rubrics/07.toml": (ROOT / "grader" / "rubrics" / "07.toml").read_text(),
+                 "bench/RESULTS.md": (ROOT / "labs" / "07_pipeline" / "bench" / "RESULTS.md").read_text()}
+        # The public tests are read too: their oracles find 1F1B's counts by a search in a
+        # simulated pipeline (tests/schedule_sim_util.h), never from the formula.
+        for path in sorted((ROOT / "labs" / "07_pipeline" / "tests").glob("*")):
+            texts[f"tests/{path.name}"] = path.read_text()
+        in_flight = re.compile(r"min\s*\(\s*m\s*,\s*P\s*-\s*s\s*\)|P\s*-\s*s\s*\)|PMinusS", re.I)
         for name, text in texts.items():
             self.assertNotRegex(text.replace("−", "-"), warm_up, name)
+            self.assertNotRegex(text.replace("−", "-"), in_flight, name)
+
+    def student_texts(self, lab: str, header: str, deck: str) -> dict[str, str]:
+        """What a student of `lab` reads without opening a hint: the handout with every hint
+        dropped (export-student --hints none), the API header, the skeleton and the deck."""
+        sys.path.insert(0, str(ROOT / "grader"))
+        import export_student
+        labdir = ROOT / "labs" / lab
+        texts = {"README.md --hints none": export_student.student_text(f"labs/{lab}/README.md",
+                                                                       (labdir / "README.md").read_text(), "none"),
+                 header: (labdir / "include" / header).read_text(),
+                 f"slides/{deck}": (ROOT / "slides" / deck).read_text()}
+        for path in sorted((labdir / "src").glob("*")):
+            texts[f"src/{path.name}"] = path.read_text()
+        return {name: text.replace("−", "-") for name, text in texts.items()}
+
+    def test_the_binomial_tree_rules_are_in_the_hints_only(self):
+        # Lab 02, task A: a rank's parent and children for any root (relative ranks, the
+        # lowest set bit) are what the student derives from the tree's picture.
+        rules = re.compile(r"lowbit|lowest set bit|\(v(?:rank)?\s*\+\s*root\)\s*%|vrank\s*=\s*\(|rank\s*-\s*root\s*\+")
+        handout = (ROOT / "labs" / "02_collectives" / "README.md").read_text()
+        self.assertRegex(handout, rules, "the tree's rules should be in task A's hints")
+        for name, text in self.student_texts("02_collectives", "lab02/collectives.h",
+                                             "02_collectives/slides.md").items():
+            self.assertNotRegex(text, rules, name)
+
+    def test_the_ring_step_table_is_in_the_hints_only(self):
+        # Lab 03, task A: which chunk rank r sends and receives at step s.
+        table = re.compile(r"\br(?:ank)?\s*-\s*s\s*-\s*[12]\b|\br(?:ank)?\s*-\s*t\s*-\s*1\b")
+        handout = (ROOT / "labs" / "03_ring_allreduce" / "README.md").read_text()
+        self.assertRegex(handout.replace("−", "-"), table, "the table should be in task A's hints")
+        for name, text in self.student_texts("03_ring_allreduce", "lab03/ring.h",
+                                             "03_ring_allreduce/slides.md").items():
+            self.assertNotRegex(text, table, name)
+
+    def test_the_vocabulary_parallel_loss_is_in_the_hints_only(self):
+        # Lab 08, task C: which few numbers per row assemble the loss (a shift by the row
+        # maximum, gathered; the sums of exp and the target's logit, allreduced).
+        loss = re.compile(r"exp\s*\(\s*z\w*\s*-\s*M\s*\)|\bmax_r\b|M\s*=\s*max")
+        handout = (ROOT / "labs" / "08_tensor_parallel" / "README.md").read_text().replace("−", "-")
+        self.assertRegex(handout, loss, "the loss's numbers should be in task C's hints")
+        for name, text in self.student_texts("08_tensor_parallel", "lab08/vocab_parallel.h",
+                                             "08_tensor_parallel/slides.md").items():
+            self.assertNotRegex(text, loss, name)
 
 
 if __name__ == "__main__":

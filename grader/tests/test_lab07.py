@@ -19,9 +19,9 @@ HAVE_GPU = gpu_available()
 
 
 # GPipe's order returned for 1F1B: every forward, then every backward. Correct (item 2,
-# the schedules against the closed forms, fails; the executor's items run the tests'
-# own orders), with GPipe's bubble, which is 1F1B's, and m micro-batches of
-# activations held on stage 0 where 1F1B holds P.
+# the schedules against what they must achieve, fails on the peak in flight; the
+# executor's items run the tests' own orders), with GPipe's bubble, which is 1F1B's,
+# and m micro-batches of activations held on stage 0 where 1F1B holds fewer.
 GPIPE_AS_1F1B = """\
   for (int i = 0; i < micro_batches; ++i) schedule.push_back({Pass::kForward, i});
   for (int i = 0; i < micro_batches; ++i) schedule.push_back({Pass::kBackward, i});

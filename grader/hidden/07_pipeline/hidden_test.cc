@@ -159,7 +159,7 @@ TEST(HiddenInterleaved, OrdersAndBubbleAtMoreRanksAndChunks) {
           const std::string why = check_order(order, v, m);
           EXPECT_EQ(why, "") << "P " << P << " v " << v << " m " << m << " rank " << s;
           valid = valid && why.empty() && order.size() == 2u * static_cast<std::size_t>(v * m);
-          EXPECT_EQ(peak_pairs_in_flight(order), std::min(v * m, (v - 1) * P + 2 * (P - 1 - s) + 1))
+          EXPECT_EQ(peak_in_flight(order), std::min(v * m, (v - 1) * P + 2 * (P - 1 - s) + 1))
               << "P " << P << " v " << v << " m " << m << " rank " << s;
         }
         if (!valid) continue;

@@ -12,13 +12,21 @@
 //     grad_shard    view of full_grads    4S, own storage        4S, own storage
 //     optimizer     8S (AdamW m, v)       8S                     8S
 //
-// and one step, per unit u, in the order the Model's hooks call it:
+// and what one step must leave true (the Model's hooks call the trainer around
+// each unit u's backward; Note [Gather and free]):
 //
-//     pre_backward(u)   full_grads allocated zeroed (ZeRO-2/FSDP) or zeroed (ZeRO-1)
-//     post_backward(u)  16-bit: round the gradient; reduce_scatter(full_grads -> grad_shard, kAvg);
-//                       more than `prefetch` in flight: wait for the oldest, free its full_grads
-//     after backward    wait for the rest; fp16: unscale, agree on inf; optimizer on every shard;
-//                       ZeRO-1/2: all-gather every unit's values (in place)
+//     when                  what holds
+//     u's backward starts   u's full_grads exists (ZeRO-2/FSDP: allocated again) and is zero
+//     u's backward ended    the average over ranks of u's gradient (16-bit param_dtype: of the
+//                           gradient a 16-bit backward gives) is on its way into this rank's
+//                           grad_shard; at most `prefetch` such reduce-scatters are in flight
+//     step() returns        every reduce-scatter complete, every full_grads that is not kept
+//                           released; each shard stepped once by its optimizer with its
+//                           averaged gradient, or (fp16, an inf/NaN on any rank) by none on
+//                           every rank, the scale halved; ZeRO-1/2: every rank's full_values
+//                           equal to the stepped shards again
+//
+// The order of the work that gets there is task B's to work out (the handout's hints).
 //
 // See Note [ZeRO stages], Note [Reduce-scatter, not allreduce] and Note [Mixed
 // precision in FSDP] in lab06/fsdp.h.
@@ -98,7 +106,7 @@ ShardedTrainer::ShardedTrainer(Communicator& backend, nn::Model& model, ShardedO
   // TODO(student): Before any communication, refuse a unit whose full f32 FlatParameter is above
   //   options_.max_unit_bytes (when that is not 0): DTL_REQUIRE_ARG naming
   //   "options.max_unit_bytes", the unit's index and name and both byte counts. Then set up
-  //   every unit as the table at the top of this file says for the mode (what is a view, what
+  //   every unit as the first table at the top of this file says for the mode (what is a view, what
   //   owns storage, what is released), every rank starting from rank 0's values, with shard,
   //   grad_shard and the optimizer's state on state_device() and the optimizer over `shard`
   //   elements (Note [ZeRO stages]; Modes/Memory.* checks the bytes exactly; handout Task B).
@@ -137,8 +145,8 @@ ShardedTrainer::ShardedTrainer(Communicator& backend, nn::Model& model, ShardedO
 
 void ShardedTrainer::before_backward_grads(int u) {
   UnitState& st = units_.at(static_cast<std::size_t>(u));
-  // TODO(student): Before unit u's backward, its full gradient must exist and be zero (the table at the
-  //   top of this file says which modes keep it and which allocate it again).
+  // TODO(student): Before unit u's backward, its full gradient must exist and be zero (the tables at
+  //   the top of this file say which modes keep it and which allocate it again).
   throw dtl::NotImplemented("ShardedTrainer::before_backward_grads");
 }
 
@@ -171,13 +179,12 @@ void ShardedTrainer::optimizer_step() {
 StepResult ShardedTrainer::step(const nn::Tensor& x, const nn::Tensor& targets) {
   current_ = {};
   current_.scale = scale_;
-  // TODO(student): One training step (the last rows of the table at the top of this file): forward, loss,
-  //   backward of the scaled loss (the hooks do the per-unit work), every pending
-  //   reduce-scatter finished; for fp16 the gradients unscaled and an inf/NaN anywhere agreed
-  //   by all ranks, which then skip the step and halve the scale; otherwise the sharded
-  //   optimizer step, steps_ counted, and (ZeRO-1/2) every unit's values all-gathered in
-  //   place and counted. Fill current_ (loss, skipped, the counts) (Note [Mixed precision in
-  //   FSDP], handout Task B).
+  // TODO(student): One training step on (x, y), returning in the state of the last row of the second table
+  //   at the top of this file: the loss's gradient scaled by the loss scale, the per-unit work
+  //   done by the hooks; with fp16 the update uses the unscaled gradients, and an inf/NaN on
+  //   any rank makes every rank skip it and halve the scale. steps_ counts the updates, and
+  //   the all-gathers (ZeRO-1/2) are counted. Fill current_ (loss, skipped, the counts)
+  //   (Note [Mixed precision in FSDP], handout Task B).
   throw dtl::NotImplemented("ShardedTrainer::step");
   if (options_.observer) options_.observer("step", -1);
   return current_;

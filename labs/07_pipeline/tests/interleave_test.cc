@@ -62,7 +62,7 @@ TEST(Interleaved, ValidOrdersWithoutDeadlockAndTheInFlightBound) {
           valid = valid && why.empty() && order.size() == 2u * static_cast<std::size_t>(v * m);
           // Megatron's bound (v > 1); with one chunk, 1F1B's (the test's greedy order).
           const int bound = v == 1 ? peak_in_flight(one_f_one_b_order(P, s, m)) : (v - 1) * P + 2 * (P - 1 - s) + 1;
-          EXPECT_EQ(peak_pairs_in_flight(order), std::min(v * m, bound))
+          EXPECT_EQ(peak_in_flight(order), std::min(v * m, bound))
               << "rank " << s << ", " << where(P, v, m) << ": " << chunk_text(order);
         }
         if (!valid) continue;

@@ -1,18 +1,17 @@
 // What lab 07's tests share: the models at this lab's sizes, the single-process
 // oracle (harness/nn only: no code under test), the test's own stage cuts and
-// closed-form schedules. The model kinds, the batches and the tolerant comparison
-// are every training lab's (harness/testing/training_fixtures.h,
-// datasets/test_batches.h).
+// schedules. The model kinds, the batches and the tolerant comparison are every
+// training lab's (harness/testing/training_fixtures.h, datasets/test_batches.h).
 //
 // The oracle runs inside every rank on the whole batch; the pipeline under test
 // splits the model into the test's stages (never the student's balance_stages())
 // and the batch into micro-batches. The schedules the executor runs are written
 // here, independently of task B: GPipe as "all F, then all B", 1F1B as a greedy
 // rule (run a forward while the stage holds fewer micro-batches than its cap and
-// forwards remain, else a backward), which gives the same order as the
-// warm-up/steady/cool-down description of the header without sharing its code.
-// (The cap is the answer to task B's question, so its value is in the code below,
-// not in this comment: read it after you have derived your own.)
+// forwards remain, else a backward). The caps are not written down anywhere: they
+// come from a search over simulated pipelines for what 1F1B achieves (GPipe's
+// step time with the fewest micro-batches in flight; leanest_caps() in
+// schedule_sim_util.h).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -36,6 +35,7 @@
 #include "harness/testing/mpi_test.h"
 #include "harness/testing/training_fixtures.h"
 #include "lab07/pipeline.h"
+#include "labs/07_pipeline/tests/schedule_sim_util.h"
 
 namespace lab07_test {
 
@@ -132,7 +132,7 @@ inline Oracle run_oracle(ModelKind kind, std::uint64_t seed, int steps, std::int
 }
 
 // ---------------------------------------------------------------------------
-// Closed-form schedules (the test's own)
+// The test's own schedules
 // ---------------------------------------------------------------------------
 
 /// "F0 F1 B0 B1" -> actions.
@@ -160,33 +160,13 @@ inline std::vector<Action> gpipe_order(int /*stages*/, int /*stage*/, int m) {
   return out;
 }
 
-/// 1F1B by the greedy rule: a forward while fewer than `cap` are in flight (and forwards remain), else a backward.
+/// 1F1B: the greedy order under the cap the search finds for this stage (schedule_sim_util.h).
 inline std::vector<Action> one_f_one_b_order(int stages, int stage, int m) {
-  const int cap = std::min(m, stages - stage);
-  std::vector<Action> out;
-  int forwards = 0, backwards = 0;
-  while (backwards < m) {
-    if (forwards < m && forwards - backwards < cap) {
-      out.push_back({Pass::kForward, forwards++});
-    } else {
-      out.push_back({Pass::kBackward, backwards++});
-    }
-  }
-  return out;
+  return greedy_order(m, leanest_caps(stages, m)[static_cast<std::size_t>(stage)]);
 }
 
 inline std::vector<Action> order_of(Order o, int stages, int stage, int m) {
   return o == Order::kGPipe ? gpipe_order(stages, stage, m) : one_f_one_b_order(stages, stage, m);
-}
-
-/// The most micro-batches between their F and their B at once.
-inline int peak_in_flight(const std::vector<Action>& schedule) {
-  int now = 0, peak = 0;
-  for (const Action& a : schedule) {
-    now += a.pass == Pass::kForward ? 1 : -1;
-    peak = std::max(peak, now);
-  }
-  return peak;
 }
 
 // ---------------------------------------------------------------------------

@@ -25,9 +25,10 @@
 // core and link; on the 2-core course machine the tree wins at 3 and 4 ranks too —
 // see labs/02_collectives/bench/RESULTS.md.)
 //
-// The tree itself (relative ranks for any root, each rank's parent, children and
-// round) is derived in section (a) of the handout; what the tests count (messages
-// per rank, bytes, the tag) is each function's contract below.
+// The tree's shape is drawn in section (a) of the handout; walking it from any
+// root (each rank's parent, children and round) is task A's derivation, with the
+// handout's hints. What the tests count (messages per rank, bytes, the tag) is each
+// function's contract below.
 //
 // What it leaves out: pipelining (cutting the message into segments so that a
 // chain or tree streams them; lab 03 does it for the ring), and the hierarchy
@@ -56,10 +57,13 @@ void broadcast_binomial(MPI_Comm comm, std::span<T> buf, int root, int tag) {
   const MPI_Datatype type = mpi_datatype<T>();
 
   // BEGIN SOLUTION(broadcast_binomial)
-  // | On return every rank's buf equals the root's. The binomial tree of section (a), for any
-  // | root: non-roots receive exactly once, the root receives nothing and sends exactly L =
-  // | ceil(log2 P) messages, nobody sends more than L, P - 1 messages in all, each of the
-  // | whole buffer, all on `tag` (handout Task A, section (e)).
+  // | On return every rank's buf equals the root's, for any root and any P. Over the binomial
+  // | tree of section (a): non-roots receive exactly once, the root receives nothing and sends
+  // | exactly L = ceil(log2 P) messages, nobody sends more than L, P - 1 messages in all, each
+  // | of the whole buffer, all on `tag`; blocking MPI_Send/MPI_Recv are safe (a tree has no
+  // | cycle of waits). A bad root or tag is refused above (dtl::InvalidArgument naming it, on
+  // | every rank, before any message). Which rank sends to which, from rank, root and size
+  // | alone, is the task (handout Task A and its hints; the counts are section (e)'s).
   const int vrank = (rank - root + size) % size;
   int mask = 1;
   while (mask < size) {

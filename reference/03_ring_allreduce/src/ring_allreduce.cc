@@ -18,10 +18,11 @@
 //   AG step 0  gets c012          gets a012          gets b012
 //   AG step 1  gets b012          gets c012          gets a012         <- every rank has all
 //
-// The rule behind the table (ring_step()): at reduce-scatter step s rank r
-// receives chunk r-s-2, to which its left neighbour added its own contribution
-// at step s-1; after P-1 steps chunk r has passed through all P ranks and ends,
-// complete, on rank r. The allgather sends each complete chunk once more around.
+// The rule behind the table (ring_step(), task A): at each reduce-scatter step
+// rank r receives the chunk to which its left neighbour added its own
+// contribution the step before; after P-1 steps chunk r has passed through all
+// P ranks and ends, complete, on rank r. The allgather sends each complete chunk
+// once more around.
 //
 // Bytes: each step sends one chunk, about n/P elements, so each rank sends
 // 2(P-1)/P n in all. Any allreduce must do at least that much (see the handout:

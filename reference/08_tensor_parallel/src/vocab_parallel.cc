@@ -5,8 +5,8 @@
 // (See Note [Vocabulary parallel]). Rank r owns tokens [r V/T, (r+1) V/T):
 //
 //     embedding   y = allreduce_r( W_r[token] if token is mine else 0 )     forward: N C values
-//     loss        M = max_r max z_r      (all-gather of N maxima)           forward: T N values
-//                 S = sum_r sum exp(z_r - M), z_t = the owner's z[target]   forward: one allreduce of 2N
+//     loss        a few numbers per row and rank (which: task C's hints)     forward: an all-gather of
+//                                                                             N values, an allreduce of 2N
 //     backward    local on every rank: no communication at all
 #include <algorithm>
 #include <cmath>
