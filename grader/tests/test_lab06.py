@@ -80,8 +80,8 @@ class TestLab06Reference(helpers.GraderAssertions, unittest.TestCase):
     def test_whole_gradient_across_groups_loses_the_traffic_items(self):
         # In the kept tree: the fault rebuilt into the student test program only. Its
         # results are right (kAvg across, then kAvg inside, is the mean over P), so
-        # only the recording communicator on the replica sets can tell: F2 and F3 fail
-        # on their byte counts while FSDP over it still equals one process.
+        # only the recording communicator on the replica sets can tell: F3 fails on its
+        # byte counts while FSDP over it still equals one process.
         self.assertIsNotNone(self.work, "grade.py --keep printed no folder")
         function = "HybridCommunicator::do_reduce_scatter"
         helpers.mutate_kept(self.work, "06", function, WHOLE_GRADIENT_ACROSS)
@@ -90,10 +90,11 @@ class TestLab06Reference(helpers.GraderAssertions, unittest.TestCase):
             self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
             rc, out, _ = helpers.run_kept_tests(self.work, "06", 4, "--gtest_filter=Hybrid/HybridFsdp.*")
             self.assertEqual(rc, 0, out[-3000:])
-            for tests in ("HybridTraffic.*", "HybridComm.*"):
-                rc, out, _ = helpers.run_kept_tests(self.work, "06", 4, f"--gtest_filter={tests}")
-                self.assertNotEqual(rc, 0, out[-3000:])
-                self.assertIn("only", out, out[-3000:])  # "only the shard ... crosses groups"
+            # (HybridComm.* is not run here: with this fault the replica sets' communicator is
+            # used from both lanes, and its mismatched order waits for the 120 s timeout.)
+            rc, out, _ = helpers.run_kept_tests(self.work, "06", 4, "--gtest_filter=HybridTraffic.*")
+            self.assertNotEqual(rc, 0, out[-3000:])
+            self.assertIn("across groups only the shards", out, out[-3000:])
         finally:  # the source back to the reference's; the next rebuild of the kept tree takes it
             helpers.mutate_kept(self.work, "06", function, helpers.reference_body(function, "06"))
 
