@@ -68,6 +68,7 @@ LABS = {
     }),
     "06": ("06_fsdp", {
         "ShardedTrainer::gather_for_use": "fsdp_gather.cc",
+        "HybridCommunicator::do_reduce_scatter": "hybrid_shard.cc",
     }),
     "07": ("07_pipeline", {
         "one_f_one_b_schedule": "schedule.cc",

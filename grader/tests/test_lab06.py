@@ -1,11 +1,13 @@
-"""Lab 06 end to end: `grade.py 06 --reference` gives 120 / 120 (100 public points,
-10 for speed and 10 example hidden ones; 130 / 130 with the GPU item where there is a
+"""Lab 06 end to end: `grade.py 06 --reference` gives 140 / 140 (115 public points,
+10 for speed and 15 example hidden ones; 150 / 150 with the GPU item where there is a
 GPU, which elsewhere is reported as not gradable); `--skeleton` gives 0 fast,
 every item saying what is not implemented yet. An FSDP that ignores `prefetch`
 (each unit's gather issued and waited for in its own hook) still equals one
 process, fails the prefetch tests, and loses the speed item by the ratio it
-measures (issue 26; measured in the kept tree, the fault rebuilt into the student
-programs only)."""
+measures (issue 26). A hybrid communicator that allreduces the whole gradient
+across groups, as DDP would, before the in-group reduce-scatter still equals one
+process but fails the cross-group byte counts (issue 30). Both faults are measured
+in the kept tree, rebuilt into the student programs only."""
 import sys
 import unittest
 from pathlib import Path
@@ -21,6 +23,17 @@ HAVE_GPU = gpu_available()
 NO_PREFETCH = helpers.mutated_body(
     "ShardedTrainer::gather_for_use", "06",
     ("  for (int i = 1; i <= options_.prefetch; ++i) {\n", "  for (int i = 1; i <= 0; ++i) {  // prefetch ignored\n"))
+
+# The reference's two-level reduce-scatter with the whole gradient allreduced across
+# the groups first (G times the shard's bytes), and no second stage.
+WHOLE_GRADIENT_ACROSS = helpers.mutated_body(
+    "HybridCommunicator::do_reduce_scatter", "06",
+    ("        shard_.reduce_scatter(send_buf, recv_buf, info.count, info.dtype, info.op).wait();\n",
+     "        if (groups_.replicas > 1)  // fault: the whole gradient across groups, as DDP would\n"
+     "          replica_.allreduce(const_cast<void*>(send_buf), info.count * groups_.group_size, info.dtype,\n"
+     "                             info.op).wait();\n"
+     "        shard_.reduce_scatter(send_buf, recv_buf, info.count, info.dtype, info.op).wait();\n"),
+    ("      across ? std::function<void()>(", "      across && false ? std::function<void()>("))
 
 SPEED = "Speed: FSDP with prefetch 1 on an emulated link (the gather time prefetch hides), against the reference"
 
@@ -64,9 +77,30 @@ class TestLab06Reference(helpers.GraderAssertions, unittest.TestCase):
         self.assertEqual(speed.score, 0, speed.output)
         self.assertGreaterEqual(speed.details["ratio"], 1.4, speed.output)
 
+    def test_whole_gradient_across_groups_loses_the_traffic_items(self):
+        # In the kept tree: the fault rebuilt into the student test program only. Its
+        # results are right (kAvg across, then kAvg inside, is the mean over P), so
+        # only the recording communicator on the replica sets can tell: F3 fails on its
+        # byte counts while FSDP over it still equals one process.
+        self.assertIsNotNone(self.work, "grade.py --keep printed no folder")
+        function = "HybridCommunicator::do_reduce_scatter"
+        helpers.mutate_kept(self.work, "06", function, WHOLE_GRADIENT_ACROSS)
+        try:
+            build = helpers.rebuild_kept(self.work, "06", "lab06_student_test")
+            self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
+            rc, out, _ = helpers.run_kept_tests(self.work, "06", 4, "--gtest_filter=Hybrid/HybridFsdp.*")
+            self.assertEqual(rc, 0, out[-3000:])
+            # (HybridComm.* is not run here: with this fault the replica sets' communicator is
+            # used from both lanes, and its mismatched order waits for the 120 s timeout.)
+            rc, out, _ = helpers.run_kept_tests(self.work, "06", 4, "--gtest_filter=HybridTraffic.*")
+            self.assertNotEqual(rc, 0, out[-3000:])
+            self.assertIn("across groups only the shards", out, out[-3000:])
+        finally:  # the source back to the reference's; the next rebuild of the kept tree takes it
+            helpers.mutate_kept(self.work, "06", function, helpers.reference_body(function, "06"))
+
     def test_full_marks(self):
-        # 12 public items + 1 GPU item + 1 speed + 3 example hidden
-        self.assertReferenceFullMarks(self.graded, 130 if HAVE_GPU else 120, items=17)
+        # 15 public items + 1 GPU item + 1 speed + 4 example hidden
+        self.assertReferenceFullMarks(self.graded, 150 if HAVE_GPU else 140, items=21)
 
 
 class TestLab06Skeleton(helpers.GraderAssertions, unittest.TestCase):

@@ -189,6 +189,31 @@ double model_seconds(const LinkModel& link, CollectiveKind kind, std::size_t byt
   return 0.0;
 }
 
+const LinkModel& TwoLevelLink::link_for(std::span<const int> world_ranks) const {
+  DTL_REQUIRE_ARG(group_size >= 1, "TwoLevelLink::link_for", "group_size",
+                  "is " + std::to_string(group_size) + "; it must be >= 1");
+  DTL_REQUIRE_ARG(!world_ranks.empty(), "TwoLevelLink::link_for", "world_ranks", "is empty");
+  const int group = world_ranks.front() / group_size;
+  for (const int r : world_ranks) {
+    DTL_REQUIRE_ARG(r >= 0, "TwoLevelLink::link_for", "world_ranks", "holds rank " + std::to_string(r));
+    if (r / group_size != group) return across;  // one hop crosses: every ring step waits for it
+  }
+  return inside;
+}
+
+std::string TwoLevelLink::describe() const {
+  return "groups of " + std::to_string(group_size) + " on " + inside.describe() + ", across on " + across.describe();
+}
+
+EmulatedCommunicator::EmulatedCommunicator(std::unique_ptr<Communicator> inner, const TwoLevelLink& network,
+                                           std::span<const int> world_ranks)
+    : EmulatedCommunicator(std::move(inner), network.link_for(world_ranks)) {
+  DTL_REQUIRE_ARG(world_ranks.size() == static_cast<std::size_t>(inner_->world_size()), "EmulatedCommunicator",
+                  "world_ranks",
+                  "has " + std::to_string(world_ranks.size()) + " ranks; inner has " +
+                      std::to_string(inner_->world_size()) + " (rank " + std::to_string(inner_->rank()) + ")");
+}
+
 EmulatedCommunicator::EmulatedCommunicator(std::unique_ptr<Communicator> inner, LinkModel link)
     : inner_(std::move(inner)), link_(std::move(link)) {
   DTL_REQUIRE_ARG(inner_ != nullptr, "EmulatedCommunicator", "inner", "is null");

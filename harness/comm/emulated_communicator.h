@@ -19,7 +19,12 @@
 ///     allgather          (P-1) (alpha + n / (P B))    n = the output, P blocks
 ///     broadcast     ceil(log2 P) (alpha + n / B)      binomial tree, whole message per hop
 ///
-/// and 0 when P = 1. Operations are serialized FIFO as on one link: an
+/// and 0 when P = 1. A two-level network (TwoLevelLink: groups of G ranks on a
+/// fast link, the groups joined by a slow one, as GPUs in a node on NVLink and
+/// the nodes on Ethernet) gives each communicator the link of its slowest hop: a
+/// ring whose ranks all lie in one group runs on the inside link; a ring that
+/// spans groups waits at every step for the hop that crosses, so it runs on the
+/// across link. Operations are serialized FIFO as on one link: an
 /// operation starts at max(its issue time, the previous one's end) and ends
 /// model_seconds() later. Simplifications: each rank applies the model from its
 /// own issue times (the real operation underneath still synchronizes the
@@ -30,6 +35,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -74,6 +80,24 @@ std::vector<std::string> link_names();
 /// @throws InvalidArgument naming what could not be parsed.
 LinkModel parse_link(std::string_view spec);
 
+/// @brief A two-level network: groups of `group_size` consecutive ranks joined
+/// inside by one link, the groups joined by another (this file's header).
+struct TwoLevelLink {
+  LinkModel inside;    ///< between ranks of one group (e.g. NVLink4 inside a node)
+  LinkModel across;    ///< between groups (e.g. 10GbE between nodes)
+  int group_size = 1;  ///< G: world ranks [g G, (g + 1) G) form group g
+
+  /// @brief The link a ring over these world ranks runs at: `inside` when they all
+  /// lie in one group, else `across`.
+  /// @param[in] world_ranks the communicator's members, as ranks of the world (>= 0).
+  /// @return the link.
+  /// @throws InvalidArgument if group_size < 1, `world_ranks` is empty or holds a negative rank.
+  const LinkModel& link_for(std::span<const int> world_ranks) const;
+  /// @brief The network in words.
+  /// @return e.g. "groups of 2 on NVLink4 (...), across on 10GbE (...)".
+  std::string describe() const;
+};
+
 /// @brief The model's time for one operation (formulas in this file's header).
 /// @param[in] link the link.
 /// @param[in] kind the collective.
@@ -99,6 +123,15 @@ class EmulatedCommunicator final : public Communicator {
   /// @param[in] link the emulated link.
   /// @throws InvalidArgument if `inner` is null or the link's bandwidth is not positive.
   EmulatedCommunicator(std::unique_ptr<Communicator> inner, LinkModel link);
+  /// @brief Wraps `inner` behind the link of a two-level network that its members use
+  /// (TwoLevelLink::link_for()).
+  /// @param[in] inner the real backend over exactly the ranks `world_ranks`.
+  /// @param[in] network the two-level network.
+  /// @param[in] world_ranks inner's members as ranks of the world, in inner's rank order.
+  /// @throws InvalidArgument as TwoLevelLink::link_for(), or if world_ranks.size() is not
+  ///         inner's world size.
+  EmulatedCommunicator(std::unique_ptr<Communicator> inner, const TwoLevelLink& network,
+                       std::span<const int> world_ranks);
 
   /// @return the inner communicator's rank.
   int rank() const override { return inner_->rank(); }

@@ -37,7 +37,21 @@ MpiSession::~MpiSession() {
 }
 
 Comm::Comm(MPI_Comm parent) {
-  DTL_MPI_CHECK(MPI_Comm_dup(parent, &comm_));
+  MPI_Comm dup = MPI_COMM_NULL;
+  DTL_MPI_CHECK(MPI_Comm_dup(parent, &dup));
+  adopt(dup);
+}
+
+Comm Comm::split(MPI_Comm parent, int color, int key) {
+  MPI_Comm part = MPI_COMM_NULL;
+  DTL_MPI_CHECK(MPI_Comm_split(parent, color, key, &part));
+  Comm out;
+  out.adopt(part);
+  return out;
+}
+
+void Comm::adopt(MPI_Comm owned) {
+  comm_ = owned;
   DTL_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   DTL_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   DTL_MPI_CHECK(MPI_Comm_size(comm_, &size_));

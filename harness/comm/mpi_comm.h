@@ -72,6 +72,14 @@ class Comm {
   /// @brief A duplicate of MPI_COMM_WORLD (collective over all processes).
   /// @return the new communicator.
   static Comm world() { return Comm(MPI_COMM_WORLD); }
+  /// @brief The processes of `parent` that pass the same `color`, ranked by `key`
+  /// (MPI_Comm_split; collective over `parent`), with MPI_ERRORS_RETURN.
+  /// @param[in] parent the communicator to split.
+  /// @param[in] color >= 0: which part this process joins.
+  /// @param[in] key the order within the part (ties: the rank in `parent`).
+  /// @return this process's part.
+  /// @throws MpiError if MPI_Comm_split fails (a negative color, for one).
+  static Comm split(MPI_Comm parent, int color, int key);
 
   /// @return this process's rank in the communicator.
   int rank() const noexcept { return rank_; }
@@ -86,6 +94,8 @@ class Comm {
   void barrier() const;
 
  private:
+  void adopt(MPI_Comm owned);  // takes `owned`, sets the error handler, rank and size
+
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 0;

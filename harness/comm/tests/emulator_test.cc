@@ -81,6 +81,54 @@ TEST(LinkModel, PresetsAndParsing) {
   EXPECT_THROW(dtl::parse_link("beta=5us,bw=1GB/s"), dtl::InvalidArgument);
 }
 
+TEST(LinkModel, TwoLevelGivesEachRingTheLinkOfItsSlowestHop) {
+  const dtl::TwoLevelLink net{dtl::link_by_name("NVLink4"), dtl::link_by_name("10GbE"), 2};
+  const std::vector<int> inside{2, 3}, across{1, 2}, world{0, 1, 2, 3}, replicas{1, 3}, one{5};
+  EXPECT_EQ(net.link_for(inside).name, "NVLink4");
+  EXPECT_EQ(net.link_for(across).name, "10GbE");
+  EXPECT_EQ(net.link_for(world).name, "10GbE");
+  EXPECT_EQ(net.link_for(replicas).name, "10GbE");
+  EXPECT_EQ(net.link_for(one).name, "NVLink4");
+  const dtl::TwoLevelLink everyone{net.inside, net.across, 4};  // G = P: one group, nothing crosses
+  EXPECT_EQ(everyone.link_for(world).name, "NVLink4");
+  EXPECT_THAT(net.describe(), HasSubstr("groups of 2 on NVLink4"));
+
+  const dtl::TwoLevelLink bad{net.inside, net.across, 0};
+  try {
+    bad.link_for(world);
+    ADD_FAILURE() << "group_size 0 should throw";
+  } catch (const dtl::InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("group_size"));
+  }
+  EXPECT_THROW(net.link_for(std::vector<int>{}), dtl::InvalidArgument);
+  EXPECT_THROW(net.link_for(std::vector<int>{-1}), dtl::InvalidArgument);
+}
+
+// Comm::split and the two-level constructor: consecutive pairs of ranks on the
+// inside link, and the communicator of everyone on the across link (when P > 2).
+TEST(Emulator, TwoLevelPicksTheLinkOfItsMembers) {
+  const int rank = comm().rank(), size = comm().size();
+  const dtl::TwoLevelLink net{dtl::parse_link("alpha=1us,bw=100GB/s"), dtl::parse_link("alpha=1ms,bw=1GB/s"), 2};
+  dtl::Comm pair = dtl::Comm::split(comm(), rank / 2, rank);
+  EXPECT_EQ(pair.rank(), rank % 2);
+  std::vector<int> pair_ranks;
+  for (int r = rank / 2 * 2; r < std::min(size, rank / 2 * 2 + 2); ++r) pair_ranks.push_back(r);
+  EXPECT_EQ(pair.size(), static_cast<int>(pair_ranks.size()));
+  dtl::EmulatedCommunicator inside(std::make_unique<dtl::MpiCommunicator>(pair, dtl::MpiMode::kThread), net,
+                                   pair_ranks);
+  EXPECT_DOUBLE_EQ(inside.link().bytes_per_second, 100e9);
+  std::vector<int> all(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) all[static_cast<std::size_t>(r)] = r;
+  dtl::EmulatedCommunicator world(std::make_unique<dtl::MpiCommunicator>(comm(), dtl::MpiMode::kThread), net, all);
+  EXPECT_DOUBLE_EQ(world.link().bytes_per_second, size > 2 ? 1e9 : 100e9);
+  std::vector<float> x{static_cast<float>(rank)};
+  world.allreduce_blocking(std::span<float>(x));
+  EXPECT_EQ(x[0], static_cast<float>(size * (size - 1) / 2));
+  EXPECT_THROW(dtl::EmulatedCommunicator(std::make_unique<dtl::MpiCommunicator>(comm(), dtl::MpiMode::kThread), net,
+                                         std::vector<int>(static_cast<std::size_t>(size) + 1, 0)),
+               dtl::InvalidArgument);
+}
+
 // A slow link, so that model times (milliseconds) dwarf the clock's resolution.
 std::unique_ptr<dtl::EmulatedCommunicator> slow_emulator() {
   return std::make_unique<dtl::EmulatedCommunicator>(

@@ -1,4 +1,5 @@
-// Lab 06 benchmark, what its two files share (one benchmark program, ./dtl bench 06):
+// Lab 06 benchmark, what two of its files share (one benchmark program, ./dtl bench 06;
+// its third file, hybrid_bench.cc, task F's sweep of G on a two-level link, stands alone):
 //   fsdp_bench.cc          the timed rows: Grade/fsdp+prefetch1/emulated (the graded
 //                          row, See Note [The graded row] there) and Step/<backend>/<mode>;
 //   fsdp_figures_bench.cc  what the rows' times do not show: the memory table against
