@@ -48,11 +48,11 @@ void PowerSgd::average(Communicator& backend, float* grads, std::size_t count) {
   DTL_REQUIRE_ARG(count == 0 || grads != nullptr, "PowerSgd::average", "grads", "is null");
   // TODO(student): On return every rank's grads holds the same compressed mean of Note [PowerSGD]: each
   //   compressed matrix i (ranks_[i] > 0, at offsets_[i], layout_[i], Q in q_[i], this rank's
-  //   error in error_[i]) is replaced by P Q^T after error feedback, one power-iteration step
-  //   from q_[i], orthonormalize_columns(), and the Q's averaged; q_[i] and error_[i] updated
-  //   for the next call. Every other matrix is averaged exactly. Over `backend`: f32
-  //   allreduces only, at most three, bytes_per_step() bytes in all, waited for (handout
-  //   Task D, Hints 1-3).
+  //   error in error_[i]) is replaced by its rank-r picture (P times Q transposed) after error
+  //   feedback, one power-iteration step from q_[i], orthonormalize_columns(), and the Q's
+  //   averaged; q_[i] and error_[i] updated for the next call. Every other matrix is averaged
+  //   exactly. Over `backend`: f32 allreduces only, at most three, bytes_per_step() bytes in
+  //   all, waited for (handout Task D, Hints 1-3).
   throw dtl::NotImplemented("PowerSgd::average");
 }
 
