@@ -2,7 +2,7 @@
 // fp32 gradient averaging, on the benchmark's MLP (mixed_bench.h), trained from
 // the same weights on the same batches for the same number of steps.
 //
-// Rows PowerSGD/<link>/<scheme>, one training run each (Iterations(1)):
+// Rows PowerSGD/<link>/<scheme>, one training run each (Iterations(1), steps() steps):
 //   fp32        Precision::kF32, the trainer's fp32 averaging allreduce (kAvg)
 //   fp16        Precision::kF16 (static scale 256), allreduce_mean_half()
 //   bf16        Precision::kBF16, allreduce_mean_half(): the uncompressed 16-bit run
@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -54,7 +55,18 @@ std::vector<Outcome>& outcomes() {
   return all;
 }
 
-int steps() { return dtl::bench::quick() ? 30 : 150; }
+// Steps per run: 150 (quick: 30), or DTL_POWERSGD_STEPS (at least 10: the loss is the
+// mean of the last 10), e.g. DTL_POWERSGD_STEPS=600 for the longer run in RESULTS.md.
+int steps() {
+  static const int n = [] {
+    const char* env = std::getenv("DTL_POWERSGD_STEPS");
+    if (env == nullptr) return dtl::bench::quick() ? 30 : 150;
+    const int v = std::atoi(env);
+    if (v < 10) throw dtl::Error("DTL_POWERSGD_STEPS is " + std::string(env) + "; it must be a number >= 10");
+    return v;
+  }();
+  return n;
+}
 
 // Rows [rank b, (rank + 1) b) of step `step`'s global batch: x ~ N(0, 1), y = argmax(T x)
 // for a fixed 10 x kIn teacher T. The same for every scheme.
