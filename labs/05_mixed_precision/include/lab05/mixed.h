@@ -19,7 +19,9 @@
 ///     skip the step and back off, grow after a run of clean steps;
 ///   - Task C (mixed_trainer.cc): the mixed-precision DDP step over a model
 ///     (MixedPrecisionTrainer): master weights, working copy, scaled backward,
-///     16-bit bucketed gradient averaging, unscale, skip or step.
+///     16-bit bucketed gradient averaging, unscale, skip or step;
+///   - Task D (powersgd.cc, its own header lab05/powersgd.h): PowerSGD, rank-r
+///     compression with error feedback, as a StepHooks::average.
 ///
 /// and, given (labs/05_mixed_precision/given/, compiled into both builds, not yours to edit):
 ///   - half_communicator.cc  HalfSumCommunicator: Open MPI with your reduce_half_sum()

@@ -1,0 +1,46 @@
+// Hidden tests of task D (an example set), run at 5 and 6 ranks: PowerSGD against
+// the double oracle of tests/powersgd_test_util.h on other shapes and ranks (a row
+// vector, a tall and a wide matrix, a rank clamped to min(n, m)), and the bytes
+// counted at the interface.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "harness/testing/recording_communicator.h"
+#include "labs/05_mixed_precision/tests/powersgd_test_util.h"
+
+namespace lab05_test {
+namespace {
+
+TEST(HiddenPowerSgd, OtherShapesAndRanksMatchTheOracle) {
+  auto backend_ = backend();
+  const int w = comm().size(), me = comm().rank();
+  const std::vector<lab05::MatrixShape> layout = {{9, 7}, {1, 6}, {12, 2}, {4, 11}};
+  const lab05::PowerSgdOptions options{.rank = 3, .min_compress_elements = 20, .seed = 77};
+  lab05::PowerSgd psgd(layout, options);
+  Oracle oracle(layout, options, w);
+  for (int step = 0; step < 5; ++step) {
+    std::vector<std::vector<double>> all;
+    for (int r = 0; r < w; ++r) all.push_back(gradient(oracle.count, r, 50 + step));
+    const std::vector<double> expected = oracle.step(all);
+    std::vector<float> grads(all[static_cast<std::size_t>(me)].begin(), all[static_cast<std::size_t>(me)].end());
+    psgd.average(*backend_, grads.data(), grads.size());
+    EXPECT_LE(max_gap(grads, expected), 2e-4) << "step " << step;
+    EXPECT_LE(max_gap(psgd.error(0), oracle.error[static_cast<std::size_t>(me)][0]), 2e-4) << "step " << step;
+    EXPECT_TRUE(same_on_every_rank(grads)) << "step " << step;
+  }
+}
+
+TEST(HiddenPowerSgd, BytesAtManyRanks) {
+  auto inner = backend();
+  dtl::testing::RecordingCommunicator rec(*inner);
+  lab05::PowerSgd psgd({{40, 30}, {30, 1}, {5, 40}}, {.rank = 4, .min_compress_elements = 100});
+  const std::vector<double> g = gradient(psgd.count(), comm().rank(), 9);
+  std::vector<float> grads(g.begin(), g.end());
+  psgd.average(rec, grads.data(), grads.size());
+  EXPECT_EQ(rec.bytes(dtl::CollectiveKind::kAllreduce), ((40 + 30) * 4 + 30 + (5 + 40) * 4) * sizeof(float));
+  EXPECT_TRUE(same_on_every_rank(grads));
+}
+
+}  // namespace
+}  // namespace lab05_test

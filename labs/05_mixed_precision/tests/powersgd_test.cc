@@ -1,0 +1,332 @@
+// Task D: PowerSGD as a communication hook (lab05/powersgd.h).
+//
+// Oracles, none of them the code under test:
+//   - Note [PowerSGD] written again here in double, for every rank at once
+//     (every rank's gradients are a known function of rank and step), and
+//     Gram-Schmidt in double;
+//   - closed forms: a rank-1 mean is recovered exactly at r = 1 with no error
+//     left; at r = min(n, m) every mean is recovered exactly; the bytes on the
+//     wire are 4 (sum (n + m) r + uncompressed elements), counted by a
+//     RecordingCommunicator at the interface;
+//   - the error-feedback identity: sum_t mean(G_t) = sum_t out_t + mean(e_T),
+//     with the means taken by the vendor MPI_Allreduce;
+//   - training: the loss of PowerSGD rank 2 against one fp32 process.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "harness/random.h"
+#include "harness/testing/recording_communicator.h"
+#include "labs/05_mixed_precision/tests/powersgd_test_util.h"
+
+namespace lab05_test {
+namespace {
+
+using lab05::MatrixShape;
+using lab05::PowerSgdOptions;
+
+// ---------------------------------------------------------------------------
+// orthonormalize_columns()
+// ---------------------------------------------------------------------------
+
+TEST(Orthonormalize, MatchesGramSchmidtInDouble) {
+  for (auto [rows, cols] : {std::pair<int, int>{7, 3}, {4, 4}, {9, 1}, {30, 5}}) {
+    dtl::Rng rng(static_cast<std::uint64_t>(rows * 100 + cols));
+    std::vector<float> a(static_cast<std::size_t>(rows * cols));
+    for (float& v : a) v = static_cast<float>(rng.normal());
+    std::vector<double> expected(a.begin(), a.end());
+    gram_schmidt(expected, rows, cols);
+    lab05::orthonormalize_columns(a.data(), rows, cols);
+    EXPECT_LE(max_gap(a, expected), 1e-5) << rows << " x " << cols;
+    // P^T P = I, computed here from what came back.
+    for (int j = 0; j < cols; ++j) {
+      for (int k = 0; k < cols; ++k) {
+        double dot = 0.0;
+        for (int i = 0; i < rows; ++i) dot += double{a[static_cast<std::size_t>(i * cols + j)]} * a[static_cast<std::size_t>(i * cols + k)];
+        EXPECT_NEAR(dot, j == k ? 1.0 : 0.0, 1e-5) << rows << " x " << cols << ", columns " << j << " and " << k;
+      }
+    }
+  }
+}
+
+TEST(Orthonormalize, ZeroColumnsStayZeroAndEmptyIsFine) {
+  // Column 1 is zero: it stays zero, columns 0 and 2 are made orthonormal around it.
+  std::vector<float> a = {3, 0, 1, 4, 0, 1, 0, 0, 1};  // 3 x 3, row-major
+  lab05::orthonormalize_columns(a.data(), 3, 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(a[static_cast<std::size_t>(i * 3 + 1)], 0.0f) << "row " << i;
+  EXPECT_NEAR(a[0], 0.6f, 1e-6);  // (3, 4, 0) / 5
+  EXPECT_NEAR(a[3], 0.8f, 1e-6);
+  // (1, 1, 1) - 1.4 (0.6, 0.8, 0) = (0.16, -0.12, 1), norm sqrt(1.04)
+  const float norm = std::sqrt(1.04f);
+  EXPECT_NEAR(a[2], 0.16f / norm, 1e-6);
+  EXPECT_NEAR(a[5], -0.12f / norm, 1e-6);
+  EXPECT_NEAR(a[8], 1.0f / norm, 1e-6);
+  EXPECT_NO_THROW(lab05::orthonormalize_columns(nullptr, 0, 3));
+  EXPECT_NO_THROW(lab05::orthonormalize_columns(nullptr, 5, 0));
+  const std::string message = invalid_argument_message([] { lab05::orthonormalize_columns(nullptr, -1, 2); });
+  EXPECT_NE(message.find("rows"), std::string::npos) << message;
+  EXPECT_THROW(lab05::orthonormalize_columns(nullptr, 2, 2), dtl::InvalidArgument);
+}
+
+// ---------------------------------------------------------------------------
+// PowerSgd::average() against the double oracle, at every rank count
+// ---------------------------------------------------------------------------
+
+// A 6 x 4 and a 8 x 5 matrix compressed (r = 2), a bias and a 3 x 3 matrix (9 < 10
+// elements: tiny) uncompressed; a 2 x 7 at r = 2 = min(n, m): compressed exactly.
+const std::vector<MatrixShape> kLayout = {{6, 4}, {5, 1}, {3, 3}, {8, 5}, {2, 7}};
+const PowerSgdOptions kOptions{.rank = 2, .min_compress_elements = 10, .seed = 11};
+
+TEST(PowerSgdOracle, EveryStepMatchesTheDoubleOracleOnEveryRank) {
+  auto backend_ = backend();
+  const int w = comm().size(), me = comm().rank();
+  lab05::PowerSgd psgd(kLayout, kOptions);
+  Oracle oracle(kLayout, kOptions, w);
+  EXPECT_EQ(psgd.rank_of(0), 2);
+  EXPECT_EQ(psgd.rank_of(1), 0);
+  EXPECT_EQ(psgd.rank_of(2), 0);
+  EXPECT_EQ(psgd.rank_of(4), 2);
+  for (int step = 0; step < 4; ++step) {
+    std::vector<std::vector<double>> all;
+    for (int r = 0; r < w; ++r) all.push_back(gradient(oracle.count, r, step));
+    const std::vector<double> expected = oracle.step(all);
+    std::vector<float> grads(all[static_cast<std::size_t>(me)].begin(), all[static_cast<std::size_t>(me)].end());
+    psgd.average(*backend_, grads.data(), grads.size());
+    EXPECT_LE(max_gap(grads, expected), 2e-4) << "step " << step << ": the average";
+    for (std::size_t i = 0; i < kLayout.size(); ++i) {
+      if (oracle.ranks[i] == 0) continue;
+      EXPECT_LE(max_gap(psgd.q(i), oracle.q[i]), 2e-4) << "step " << step << ", Q of matrix " << i;
+      EXPECT_LE(max_gap(psgd.error(i), oracle.error[static_cast<std::size_t>(me)][i]), 2e-4)
+          << "step " << step << ", this rank's error of matrix " << i;
+    }
+    EXPECT_TRUE(same_on_every_rank(grads)) << "step " << step << ": the average differs between ranks";
+    EXPECT_TRUE(same_on_every_rank(psgd.q(0))) << "step " << step << ": Q differs between ranks";
+  }
+}
+
+// An empty layout sends nothing; a layout of vectors only is an exact average.
+TEST(PowerSgdOracle, EmptyAndUncompressedOnly) {
+  auto inner = backend();
+  dtl::testing::RecordingCommunicator rec(*inner);
+  lab05::PowerSgd empty({}, {});
+  empty.average(rec, nullptr, 0);
+  EXPECT_EQ(rec.ops().size(), 0u);
+  const int w = comm().size(), me = comm().rank();
+  lab05::PowerSgd vectors({{3, 1}, {1, 5}, {1, 1}}, {.rank = 4});
+  std::vector<float> grads(9);
+  for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(w * (static_cast<int>(i) + me));
+  vectors.average(rec, grads.data(), grads.size());
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    float sum = 0.0f;
+    for (int r = 0; r < w; ++r) sum += static_cast<float>(static_cast<int>(i) + r);
+    EXPECT_EQ(grads[i], sum) << "element " << i;
+  }
+  EXPECT_EQ(rec.bytes(dtl::CollectiveKind::kAllreduce), 9 * sizeof(float));
+}
+
+// ---------------------------------------------------------------------------
+// Closed forms: exact recovery
+// ---------------------------------------------------------------------------
+
+// M_w = (w + 1) u v^T: the mean is ((W + 1) / 2) u v^T, rank 1. PowerSGD at r = 1
+// recovers it exactly and leaves no error on any rank.
+TEST(PowerSgdExact, RankOneMeanAtRankOneIsRecoveredWithNoError) {
+  auto backend_ = backend();
+  const int w = comm().size(), me = comm().rank();
+  const int n = 5, m = 4;
+  const std::vector<double> u = {1, 2, -1, 3, 0.5}, v = {2, -1, 1, 0.25};
+  lab05::PowerSgd psgd({{n, m}}, {.rank = 1, .min_compress_elements = 0});
+  for (int step = 0; step < 2; ++step) {
+    std::vector<float> grads(n * m);
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < m; ++j) grads[static_cast<std::size_t>(i * m + j)] = static_cast<float>((me + 1) * u[i] * v[j]);
+    }
+    psgd.average(*backend_, grads.data(), grads.size());
+    const double c = (w + 1) / 2.0;
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < m; ++j) {
+        EXPECT_NEAR(grads[static_cast<std::size_t>(i * m + j)], c * u[i] * v[j], 1e-5 * c * 6)
+            << "step " << step << ", element (" << i << ", " << j << ")";
+      }
+    }
+    for (float e : psgd.error(0)) EXPECT_NEAR(e, 0.0f, 1e-5 * (me + 1) * 6) << "step " << step;
+  }
+}
+
+// r = min(n, m) (asked for, or clamped from more): the mean of full-rank matrices is
+// exact, and the errors cancel over the ranks. On one rank the error is zero.
+TEST(PowerSgdExact, FullRankIsExactAndClampsLargerRanks) {
+  auto backend_ = backend();
+  const int w = comm().size(), me = comm().rank();
+  const std::vector<MatrixShape> layout = {{5, 3}, {3, 6}};
+  for (int asked : {3, 7}) {
+    lab05::PowerSgd psgd(layout, {.rank = asked, .min_compress_elements = 0});
+    EXPECT_EQ(psgd.rank_of(0), 3) << "rank " << asked << " on 5 x 3";
+    EXPECT_EQ(psgd.rank_of(1), 3) << "rank " << asked << " on 3 x 6";
+    for (int step = 0; step < 2; ++step) {
+      std::vector<double> mean(33, 0.0);
+      for (int r = 0; r < w; ++r) {
+        const std::vector<double> g = gradient(33, r, step);
+        for (std::size_t k = 0; k < mean.size(); ++k) mean[k] += g[k] / w;
+      }
+      const std::vector<double> mine = gradient(33, me, step);
+      std::vector<float> grads(mine.begin(), mine.end());
+      psgd.average(*backend_, grads.data(), grads.size());
+      EXPECT_LE(max_gap(grads, mean), 1e-4) << "rank " << asked << ", step " << step;
+      for (std::size_t i = 0; i < layout.size(); ++i) {
+        const std::vector<double> sum = sum_over_ranks(psgd.error(i));
+        for (double s : sum) EXPECT_NEAR(s, 0.0, 1e-4) << "rank " << asked << ", matrix " << i;
+        if (w == 1) {
+          for (float e : psgd.error(i)) EXPECT_NEAR(e, 0.0f, 1e-4) << "matrix " << i;
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Error feedback: nothing is lost, only late
+// ---------------------------------------------------------------------------
+
+TEST(PowerSgdFeedback, SentPlusErrorIsEverythingComputed) {
+  auto backend_ = backend();
+  const int me = comm().rank();
+  const std::vector<MatrixShape> layout = {{6, 4}, {5, 1}, {7, 5}};
+  lab05::PowerSgd psgd(layout, {.rank = 1, .min_compress_elements = 0, .seed = 3});
+  const std::size_t count = 6 * 4 + 5 + 7 * 5;
+  std::vector<double> computed(count, 0.0), sent(count, 0.0);
+  for (int step = 0; step < 6; ++step) {
+    const std::vector<double> g = gradient(count, me, step);
+    const std::vector<double> mean = sum_over_ranks(std::vector<float>(g.begin(), g.end()));
+    for (std::size_t k = 0; k < count; ++k) computed[k] += mean[k] / comm().size();
+    std::vector<float> grads(g.begin(), g.end());
+    psgd.average(*backend_, grads.data(), count);
+    for (std::size_t k = 0; k < count; ++k) sent[k] += grads[k];
+  }
+  // sum_t mean(G_t) = sum_t out_t + mean_w(e_w,T), matrix by matrix (the vector has no error).
+  double left_out = 0.0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < layout.size(); ++i) {
+    const std::size_t n = static_cast<std::size_t>(layout[i].rows * layout[i].cols);
+    const std::vector<double> e = psgd.error(i).empty() ? std::vector<double>(n, 0.0) : sum_over_ranks(psgd.error(i));
+    for (std::size_t k = 0; k < n; ++k) {
+      const double mean_e = e[k] / comm().size();
+      left_out = std::max(left_out, std::abs(mean_e));
+      EXPECT_NEAR(computed[at + k], sent[at + k] + mean_e, 1e-4) << "matrix " << i << ", element " << k;
+    }
+    at += n;
+  }
+  EXPECT_GT(left_out, 1e-2) << "rank 1 of a random 6 x 4 leaves something out: the identity would be empty";
+}
+
+// ---------------------------------------------------------------------------
+// Bytes on the wire, counted at the interface
+// ---------------------------------------------------------------------------
+
+TEST(PowerSgdBytes, AreNPlusMTimesRPerMatrix) {
+  auto inner = backend();
+  dtl::testing::RecordingCommunicator rec(*inner);
+  // min_compress_elements 256 (the default): the 3 x 3 and the bias go uncompressed.
+  const std::vector<MatrixShape> layout = {{64, 48}, {48, 1}, {10, 48}, {3, 3}};
+  const std::size_t fp32 = (64 * 48 + 48 + 10 * 48 + 9) * sizeof(float);
+  for (int r : {1, 2, 4, 12}) {
+    lab05::PowerSgd psgd(layout, {.rank = r});
+    const std::size_t expected = ((64 + 48) * r + (10 + 48) * std::min(r, 10) + 48 + 9) * sizeof(float);
+    EXPECT_EQ(psgd.bytes_per_step(), expected) << "rank " << r;
+    for (int step = 0; step < 2; ++step) {
+      rec.clear();
+      const std::vector<double> g = gradient(psgd.count(), comm().rank(), step);
+      std::vector<float> grads(g.begin(), g.end());
+      psgd.average(rec, grads.data(), grads.size());
+      EXPECT_EQ(rec.bytes(dtl::CollectiveKind::kAllreduce), expected) << "rank " << r << ", step " << step;
+      EXPECT_EQ(rec.ops().size(), static_cast<std::size_t>(rec.count(dtl::CollectiveKind::kAllreduce)));
+      EXPECT_LE(rec.ops().size(), 3u) << "rank " << r;
+      for (const auto& op : rec.ops()) EXPECT_EQ(op.dtype, dtl::DType::kF32) << "rank " << r;
+    }
+    if (r <= 2) {
+      EXPECT_LT(expected * 5, fp32) << "rank " << r << " sends less than a fifth of fp32's bytes";
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Bad input: named, with the rank, before any communication
+// ---------------------------------------------------------------------------
+
+TEST(PowerSgdErrors, BadRankSizesAndCountsAreNamed) {
+  auto backend_ = backend();
+  const std::string me = "rank " + std::to_string(comm().rank());
+  for (int r : {0, -2}) {
+    const std::string m = invalid_argument_message([r] { lab05::PowerSgd({{4, 4}}, {.rank = r}); });
+    EXPECT_NE(m.find("options.rank"), std::string::npos) << m;
+    EXPECT_NE(m.find(me), std::string::npos) << m;
+  }
+  std::string m = invalid_argument_message([] { lab05::PowerSgd({{4, 4}}, {.min_compress_elements = -1}); });
+  EXPECT_NE(m.find("options.min_compress_elements"), std::string::npos) << m;
+  m = invalid_argument_message([] { lab05::PowerSgd({{4, 4}, {0, 3}}, {}); });
+  EXPECT_NE(m.find("layout"), std::string::npos) << m;
+  EXPECT_NE(m.find("matrix 1"), std::string::npos) << m;
+  lab05::PowerSgd psgd({{4, 4}, {4, 1}}, {.rank = 2, .min_compress_elements = 0});
+  std::vector<float> grads(20, 1.0f);
+  m = invalid_argument_message([&] { psgd.average(*backend_, grads.data(), 19); });
+  EXPECT_NE(m.find("count"), std::string::npos) << m;
+  EXPECT_NE(m.find(me), std::string::npos) << m;
+  // Still usable after the refusal (nothing was sent): every rank averages together.
+  psgd.average(*backend_, grads.data(), grads.size());
+  for (std::size_t k = 16; k < 20; ++k) EXPECT_EQ(grads[k], 1.0f) << "the bias of all ones averages to 1";
+}
+
+// ---------------------------------------------------------------------------
+// Training: the hook in a data-parallel loop
+// ---------------------------------------------------------------------------
+
+// The test's own fp32 data-parallel loop (harness/nn only, no trainer of task C, so
+// a fault there costs task D nothing), with PowerSgd::hook() as its gradient average:
+// the mean loss of the last 10 of 150 steps within 5% of one fp32 process's.
+TEST(PowerSgdTraining, RankTwoTrainsLikeOneFp32Process) {
+  constexpr int kSteps = 150;
+  const std::vector<double> expected = fp32_losses(ModelKind::kMlp, 5, kSteps);
+  auto backend_ = backend();
+  nn::Model model = make_model(ModelKind::kMlp, 5);  // the same weights on every rank
+  lab05::PowerSgd psgd(lab05::matrix_layout(model), {.rank = 2, .min_compress_elements = 0});
+  const auto average = psgd.hook();
+  const std::vector<nn::Parameter*> params = model.parameters();
+  const nn::Tensor values = nn::flatten_values(params), grads = nn::flatten_grads(params);
+  nn::AdamW adam(kAdamW, values.numel());
+  nn::SoftmaxCrossEntropy ce;
+  double last = 0.0, first = 0.0;
+  for (int step = 0; step < kSteps; ++step) {
+    const Batch b = rank_batch(ModelKind::kMlp, step, kGlobalBatch, comm().rank(), comm().size());
+    model.zero_grad();
+    double loss = ce.forward(model.forward(b.x), b.y);
+    model.backward(ce.backward());
+    average(*backend_, grads.raw(), static_cast<std::size_t>(grads.numel()), dtl::DType::kF32,
+            lab05::DividePlacement::kPre);
+    adam.step(values.span<float>(), grads.span<float>());
+    MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, comm());  // equal rows per rank: the global mean
+    loss /= comm().size();
+    if (step == 0) first = loss;
+    if (step >= kSteps - 10) last += loss / 10;
+  }
+  double uncompressed = 0.0;
+  for (int step = kSteps - 10; step < kSteps; ++step) uncompressed += expected[static_cast<std::size_t>(step)] / 10;
+  if (comm().rank() == 0) {
+    std::printf("[ info ] loss at step 0 %.4f; mean of steps %d-%d: PowerSGD rank 2 %.4f, one fp32 process %.4f\n", first,
+                kSteps - 10, kSteps - 1, last, uncompressed);
+  }
+  EXPECT_LT(last, 0.85 * first) << "PowerSGD did not train";
+  EXPECT_LE(std::abs(last - uncompressed), 0.05 * uncompressed)
+      << "mean loss of the last 10 steps: PowerSGD rank 2 " << last << ", one fp32 process " << uncompressed;
+  EXPECT_TRUE(same_on_every_rank(std::vector<float>(values.data<float>(), values.data<float>() + values.numel())))
+      << "the weights differ between ranks";
+}
+
+}  // namespace
+}  // namespace lab05_test
