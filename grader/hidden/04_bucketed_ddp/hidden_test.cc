@@ -31,6 +31,16 @@ TEST(HiddenBuckets, CapsThatSplitExactlyAtAParameterBoundary) {
   }
 }
 
+// Zero-byte parameters beside a bucket that reached its cap exactly (ddp.h): the full
+// bucket is closed at once, so the zero-byte one opens the next bucket and the
+// following parameters join it. Code that closes a bucket only when the next
+// parameter does not fit puts it into the full bucket instead.
+TEST(HiddenBuckets, ZeroByteParametersAfterABucketAtItsCap) {
+  EXPECT_EQ(lab04::assign_buckets(std::vector<std::size_t>{16, 0, 16}, 16, 16), (Buckets{{2}, {1, 0}}));
+  EXPECT_EQ(lab04::assign_buckets(std::vector<std::size_t>{0, 16, 16}, 32, 32), (Buckets{{2, 1}, {0}}));
+  EXPECT_EQ(lab04::assign_buckets(std::vector<std::size_t>{28, 0, 0, 56}, 28, 56), (Buckets{{3}, {2, 1, 0}}));
+}
+
 TEST(HiddenBuckets, ParametersLargerThanTheCapAreAlone) {
   EXPECT_EQ(lab04::assign_buckets(kOddBytes, 100, 50), (Buckets{{7}, {6}, {5}, {4}, {3}, {2}, {1, 0}}));
   EXPECT_EQ(lab04::assign_buckets(kOddBytes, 1, 1000), (Buckets{{7, 6, 5, 4, 3, 2, 1, 0}}));
@@ -93,6 +103,33 @@ TEST(HiddenDdp, BucketsLeaveInBucketOrderWhateverOrderTheyFill) {
     const float want = static_cast<float>(comm().size() + 1) / 2.0f;
     for (float g : model.flat_grads().span<float>()) {
       ASSERT_EQ(g, want) << "case " << c << ": a gradient is not the average";
+    }
+  }
+}
+
+// finish() returns only once every allreduce the reducer issued has completed: each
+// was waited for (the recording backend saw its end), the last bucket's too. Over Open
+// MPI a missed wait still leaves the right sums most of the time; on a GPU the
+// optimizer would read a bucket still in flight.
+TEST(HiddenDdp, FinishWaitsForEveryBucketItIssued) {
+  dtl::MpiCommunicator inner(comm(), dtl::MpiMode::kThread);
+  for (lab04::ReducerMode mode :
+       {lab04::ReducerMode::kNaive, lab04::ReducerMode::kBucketed, lab04::ReducerMode::kOverlapped}) {
+    RecordingCommunicator backend(inner);
+    nn::Model model = make_model(ModelKind::kOddMlp, 1);
+    lab04::Reducer reducer(backend, model, {.mode = mode, .bucket_cap_bytes = 100, .first_bucket_cap_bytes = 50});
+    model.zero_grad();
+    const auto params = model.parameters();
+    for (auto* p : params) {
+      for (float& g : p->grad.span<float>()) g = static_cast<float>(comm().rank() + 1);
+    }
+    for (std::size_t i = params.size(); i-- > 0;) model.hooks().grad_ready(*params[i]);
+    reducer.finish();
+    const auto ops = backend.ops(dtl::CollectiveKind::kAllreduce);
+    EXPECT_EQ(ops.size(), reducer.buckets().size()) << lab04::reducer_mode_name(mode) << ": one allreduce per bucket";
+    for (std::size_t b = 0; b < ops.size(); ++b) {
+      EXPECT_NE(ops[b].end, 0.0) << lab04::reducer_mode_name(mode) << ": finish() returned, but allreduce " << b
+                                 << " of " << ops.size() << " was never waited for";
     }
   }
 }

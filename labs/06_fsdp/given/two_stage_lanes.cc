@@ -1,5 +1,6 @@
 // Lab 06, given (not a task; compiled into both builds): the two lanes that run a
-// HybridCommunicator's stages in order (TwoStageLanes in lab06/hybrid.h).
+// HybridCommunicator's stages in order (TwoStageLanes in lab06/hybrid.h), and the
+// communicator's name.
 //
 // Each lane is a CommThread: one thread, its calls run one at a time in the
 // order they were queued. Stage one of an operation runs on the inside lane; when
@@ -51,6 +52,11 @@ std::unique_ptr<WorkImpl> TwoStageLanes::submit(const std::string& description, 
     });
   });
   return detail::completion_work(description, done);
+}
+
+std::string HybridCommunicator::name() const {
+  return "hybrid G=" + std::to_string(groups_.group_size) + " x R=" + std::to_string(groups_.replicas) +
+         " (shard: " + shard_.name() + "; replicas: " + replica_.name() + ")";
 }
 
 }  // namespace dtl::lab06

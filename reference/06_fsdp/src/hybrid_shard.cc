@@ -62,11 +62,6 @@ HybridCommunicator::HybridCommunicator(Communicator& shard_group, Communicator& 
   // END SOLUTION
 }
 
-std::string HybridCommunicator::name() const {
-  return "hybrid G=" + std::to_string(groups_.group_size) + " x R=" + std::to_string(groups_.replicas) +
-         " (shard: " + shard_.name() + "; replicas: " + replica_.name() + ")";
-}
-
 // Each do_* hands TwoStageLanes its stages as blocking calls: issue on one of the
 // two communicators, wait. `info` holds the checked count, type, op and root.
 
