@@ -39,6 +39,8 @@ MUTANTS = {
     "sum_not_average": ("ddp_reducer.cc", "DType::kF32, ReduceOp::kAvg);", "DType::kF32, ReduceOp::kSum);"),
     "exact_cap_left_open": ("ddp_buckets.cc", "    if (current_bytes >= cap()) {", "    if (current_bytes > cap()) {"),
     "first_cap_ignored": ("ddp_buckets.cc", "return buckets.empty() ? first_cap_bytes : cap_bytes;", "return cap_bytes;"),
+    # Equivalent, kept as a check of the check: reset_step() drops the bucket's Work,
+    # whose destructor waits, so the gradients are averaged before finish() returns.
     "last_bucket_not_waited": ("ddp_reducer.cc", "for (std::size_t b = 0; b < next_launch_; ++b) work_[b].wait();",
                                "for (std::size_t b = 0; b + 1 < next_launch_; ++b) work_[b].wait();"),
     "no_sync_nests": ("ddp_reducer.cc", "  if (no_sync_) {\n    throw Error(\"Reducer::no_sync(): already inside",
@@ -51,6 +53,9 @@ MUTANTS = {
     "issued_in_finish": ("ddp_reducer.cc", "  if (options_.mode != ReducerMode::kOverlapped) launch_ready_buckets();",
                          "  launch_ready_buckets();"),
 }
+
+
+EQUIVALENT = {"last_bucket_not_waited"}  # mistakes that cannot cost points (see above)
 
 
 def make_submission(dest: Path, mutant: str | None) -> None:
@@ -125,7 +130,7 @@ def main() -> int:
             problems.append(f"{sub} ({name}): {[(k, in_batch.get(k), by_itself.get(k)) for k in differ]}")
         elif measured:
             notes.append(f"{sub} ({name}): speed scored {[(k, in_batch.get(k), by_itself.get(k)) for k in measured]}")
-        if in_batch["TOTAL"] >= reference["TOTAL"]:
+        if in_batch["TOTAL"] >= reference["TOTAL"] and name not in EQUIVALENT:
             problems.append(f"{sub} ({name}) loses no points: {in_batch['TOTAL']:g}")
     copies = [s for s in rows if int(s[1:]) not in where]
     low = [s for s in copies if float(rows[s]["score"]) != reference["TOTAL"]]

@@ -107,10 +107,10 @@ TEST(HiddenDdp, BucketsLeaveInBucketOrderWhateverOrderTheyFill) {
   }
 }
 
-// finish() returns only once every allreduce the reducer issued has completed: each
-// was waited for (the recording backend saw its end), the last bucket's too. Over Open
-// MPI a missed wait still leaves the right sums most of the time; on a GPU the
-// optimizer would read a bucket still in flight.
+// finish() returns only once every allreduce the reducer issued has completed (the
+// recording backend saw its end: waited for, or dropped, since a Work's destructor
+// waits). A reducer that keeps a bucket's Work past the step, to wait for it later,
+// leaves the optimizer reading a bucket still in flight.
 TEST(HiddenDdp, FinishWaitsForEveryBucketItIssued) {
   dtl::MpiCommunicator inner(comm(), dtl::MpiMode::kThread);
   for (lab04::ReducerMode mode :
