@@ -125,4 +125,15 @@ int to_mpi_count(std::size_t count, const char* function, const char* argument) 
   return static_cast<int>(count);
 }
 
+MPI_Datatype mpi_datatype_of(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kF64: return MPI_DOUBLE;
+    case DType::kI32: return MPI_INT32_T;
+    case DType::kF16:
+    case DType::kBF16: return MPI_UINT16_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
 }  // namespace dtl

@@ -17,6 +17,7 @@
 #include <string>
 #include <type_traits>
 
+#include "harness/dtype.h"
 #include "harness/error.h"
 
 namespace dtl {
@@ -166,5 +167,11 @@ void require_rank(const char* function, const char* argument, int rank, int size
 /// @return `count` as an int.
 /// @throws InvalidArgument if `count` exceeds INT_MAX.
 int to_mpi_count(std::size_t count, const char* function, const char* argument);
+
+/// @brief The MPI datatype that moves elements of `dtype`. kF16 and kBF16 travel as
+/// 16-bit integers: right for moving them, wrong for adding them (no MPI_SUM on these).
+/// @param[in] dtype the element type.
+/// @return its MPI datatype; MPI_DATATYPE_NULL for a value outside the enum.
+MPI_Datatype mpi_datatype_of(DType dtype);
 
 }  // namespace dtl

@@ -14,18 +14,6 @@ namespace dtl {
 
 namespace {
 
-// kF16 and kBF16 travel as 16-bit integers: right for moving them, wrong for adding them.
-MPI_Datatype mpi_type(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return MPI_FLOAT;
-    case DType::kF64: return MPI_DOUBLE;
-    case DType::kI32: return MPI_INT32_T;
-    case DType::kF16:
-    case DType::kBF16: return MPI_UINT16_T;
-  }
-  return MPI_DATATYPE_NULL;
-}
-
 void require_reducible(const char* function, DType dtype) {
   DTL_REQUIRE_ARG(dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kI32, function, "dtype",
                   std::string("is ") + dtype_name(dtype) +
@@ -227,7 +215,7 @@ std::unique_ptr<WorkImpl> MpiCommunicator::start(const OpInfo& info, std::functi
 std::unique_ptr<WorkImpl> MpiCommunicator::do_allreduce(void* buf, const OpInfo& info) {
   require_reducible("allreduce", info.dtype);
   const int count = to_mpi_count(info.count, "allreduce", "count");
-  const MPI_Datatype type = mpi_type(info.dtype);
+  const MPI_Datatype type = mpi_datatype_of(info.dtype);
   MPI_Comm comm = comm_.get();
   std::function<void()> finish;
   if (info.op == ReduceOp::kAvg) {
@@ -244,7 +232,7 @@ std::unique_ptr<WorkImpl> MpiCommunicator::do_allreduce(void* buf, const OpInfo&
 // do_broadcast: MPI_Ibcast or MPI_Bcast.
 std::unique_ptr<WorkImpl> MpiCommunicator::do_broadcast(void* buf, const OpInfo& info) {
   const int count = to_mpi_count(info.count, "broadcast", "count");
-  const MPI_Datatype type = mpi_type(info.dtype);
+  const MPI_Datatype type = mpi_datatype_of(info.dtype);
   const int root = info.root;
   MPI_Comm comm = comm_.get();
   return start(
@@ -259,7 +247,7 @@ std::unique_ptr<WorkImpl> MpiCommunicator::do_reduce_scatter(const void* send_bu
   require_reducible("reduce_scatter", info.dtype);
   const int count = to_mpi_count(info.count, "reduce_scatter", "recv_count");
   to_mpi_count(info.count * static_cast<std::size_t>(info.world_size), "reduce_scatter", "send_buf");
-  const MPI_Datatype type = mpi_type(info.dtype);
+  const MPI_Datatype type = mpi_datatype_of(info.dtype);
   MPI_Comm comm = comm_.get();
   // MPI_IN_PLACE for reduce_scatter_block expects the result at the *front* of
   // the buffer, not at block `rank` as NCCL does; an overlapping input is copied instead.
@@ -287,7 +275,7 @@ std::unique_ptr<WorkImpl> MpiCommunicator::do_reduce_scatter(const void* send_bu
 std::unique_ptr<WorkImpl> MpiCommunicator::do_allgather(const void* send_buf, void* recv_buf, const OpInfo& info) {
   const int count = to_mpi_count(info.count, "allgather", "send_count");
   to_mpi_count(info.count * static_cast<std::size_t>(info.world_size), "allgather", "recv_buf");
-  const MPI_Datatype type = mpi_type(info.dtype);
+  const MPI_Datatype type = mpi_datatype_of(info.dtype);
   MPI_Comm comm = comm_.get();
   const std::size_t block_bytes = info.count * dtype_size(info.dtype);
   const auto* own_block = static_cast<const std::byte*>(recv_buf) + block_bytes * static_cast<std::size_t>(rank());

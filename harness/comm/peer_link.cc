@@ -5,6 +5,7 @@
 #include <sstream>
 #include <utility>
 
+#include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 
 namespace dtl {
@@ -45,18 +46,6 @@ Work PeerLink::irecv(void* buf, std::size_t count, DType dtype, int peer, int ta
 
 namespace {
 
-// kF16 and kBF16 travel as 16-bit integers: moved, never added.
-MPI_Datatype mpi_type(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return MPI_FLOAT;
-    case DType::kF64: return MPI_DOUBLE;
-    case DType::kI32: return MPI_INT32_T;
-    case DType::kF16:
-    case DType::kBF16: return MPI_UINT16_T;
-  }
-  return MPI_DATATYPE_NULL;
-}
-
 // One MPI request. wait_until() blocks in MPI_Wait whatever the deadline (see the class comment).
 class MpiRequestWork final : public WorkImpl {
  public:
@@ -91,14 +80,14 @@ MpiPeerLink::MpiPeerLink(MPI_Comm comm) : comm_(comm) {
 
 std::unique_ptr<WorkImpl> MpiPeerLink::do_isend(const void* buf, const PeerInfo& info) {
   auto work = std::make_unique<MpiRequestWork>(info.description);
-  DTL_MPI_CHECK(MPI_Isend(buf, static_cast<int>(info.count), mpi_type(info.dtype), info.peer, info.tag, comm_,
+  DTL_MPI_CHECK(MPI_Isend(buf, static_cast<int>(info.count), mpi_datatype_of(info.dtype), info.peer, info.tag, comm_,
                           &work->request));
   return work;
 }
 
 std::unique_ptr<WorkImpl> MpiPeerLink::do_irecv(void* buf, const PeerInfo& info) {
   auto work = std::make_unique<MpiRequestWork>(info.description);
-  DTL_MPI_CHECK(MPI_Irecv(buf, static_cast<int>(info.count), mpi_type(info.dtype), info.peer, info.tag, comm_,
+  DTL_MPI_CHECK(MPI_Irecv(buf, static_cast<int>(info.count), mpi_datatype_of(info.dtype), info.peer, info.tag, comm_,
                           &work->request));
   return work;
 }
