@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -24,12 +25,18 @@ from .runner import gpu_available
 BUILD_TIMEOUT = 900                 # seconds for configure, and again for build
 
 
+def nvcc_found() -> bool:
+    """Whether CMake finds nvcc here (cmake/DtlOptions.cmake: /usr/local/cuda/bin/nvcc, else PATH)."""
+    return os.access("/usr/local/cuda/bin/nvcc", os.X_OK) or shutil.which("nvcc") is not None
+
+
 def cuda_wanted(lab: Lab) -> bool:
-    """CUDA in a grading's build: for the lab's own CUDA code (`cuda = true`: lab 03),
-    or for its GPU items where a GPU can run them (lab 04's GPU path needs dtl::cuda
-    and NCCL, not nvcc for src/). Without a GPU such a lab builds as it always did,
-    without CUDA, and its GPU items are reported as not gradable."""
-    return lab.needs_cuda or (any(i.gpu for i in lab.items) and gpu_available())
+    """CUDA in a grading's build: wherever nvcc is, as in the repository's own build
+    (so that build's objects seed the course's: Note [Seeded by the repository's
+    build] in prebuilt.py), and always for a lab with CUDA code of its own (`cuda =
+    true`: lab 03) or with GPU items where a GPU can run them. Without a GPU the GPU
+    items are reported as not gradable, whatever the build."""
+    return nvcc_found() or lab.needs_cuda or (any(i.gpu for i in lab.items) and gpu_available())
 
 
 def configure_args(lab: Lab, tree: Path) -> list[str]:

@@ -13,7 +13,13 @@ module for all of them); it runs with nothing beside it, after the others.
 
 With --times FILE the durations of the last run are read from FILE and written
 back: the longest classes start first, so the last to finish is a short one.
-Exit status 0 only if every class passed; the failed ones are named at the end.
+With --ctest BUILD_DIR, ctest (everything but the skeletons) runs too, as one
+more shared module, one test at a time: its MPI programs fill the cores a
+grading leaves idle while it waits, instead of running before the classes with
+the machine to itself (`./dtl test` does this). Each module's CPU time is
+reported beside its wall time: a class whose CPU time is far below its wall time
+mostly waits. Exit status 0 only if every module passed; the failed ones are
+named at the end.
 """
 from __future__ import annotations
 
@@ -43,7 +49,10 @@ class Module:
     name: str                       # test_deadlock.TestDeadlock: a test class, run in its own process
     alone: str | None               # why it runs alone, or None
     expected: float = 60.0          # seconds, from the last run (--times) or a guess
+    command: list[str] | None = None  # what runs it (default: unittest on the class), from `cwd`
+    cwd: Path = ROOT
     seconds: float = 0.0
+    cpu: float = 0.0                # user + system seconds of the module and the processes it waited for
     returncode: int | None = None
     log: str = ""
     done: threading.Event = field(default_factory=threading.Event)
@@ -83,18 +92,32 @@ def discover(names: list[str], times: dict[str, float]) -> list[Module]:
     return units
 
 
+def ctest_module(build_dir: Path, times: dict[str, float]) -> Module:
+    """ctest in `build_dir`, one test at a time (its MPI tests take the cores they
+    need: PROCESSORS), everything but the skeletons (the grader's classes grade them)."""
+    return Module("ctest", None, times.get("ctest", 300.0),
+                  ["ctest", "-j", "1", "-LE", "^student$", "--output-on-failure", "--timeout", "600"],
+                  build_dir.resolve())
+
+
 def run_module(m: Module) -> None:
     start = time.monotonic()
+    command = m.command or [sys.executable, "-m", "unittest", "-v", f"grader.tests.{m.name}"]
     with tempfile.TemporaryFile(mode="w+", errors="replace") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "unittest", "-v", f"grader.tests.{m.name}"], cwd=ROOT,
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
-        try:
-            m.returncode = proc.wait(timeout=MODULE_LIMIT)
-        except subprocess.TimeoutExpired:
+        proc = subprocess.Popen(command, cwd=m.cwd, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        stopped = threading.Event()
+
+        def stop() -> None:
+            stopped.set()
             os.killpg(proc.pid, 9)
-            proc.wait()
-            m.returncode = -9
+        timer = threading.Timer(MODULE_LIMIT, stop)
+        timer.start()
+        _, status, usage = os.wait4(proc.pid, 0)  # wait4: the CPU time too
+        timer.cancel()
+        proc.returncode = m.returncode = -9 if stopped.is_set() else os.waitstatus_to_exitcode(status)
+        m.cpu = usage.ru_utime + usage.ru_stime
+        if stopped.is_set():
             log.write(f"\nrun_suite: {m.name} still running after {MODULE_LIMIT} s: stopped\n")
         log.seek(0)
         m.log = log.read()
@@ -105,7 +128,8 @@ def run_module(m: Module) -> None:
 def report(m: Module, lock: threading.Lock) -> None:
     verdict = "ok" if m.returncode == 0 else f"FAILED (exit {m.returncode})"
     with lock:
-        print(f"== {m.name}: {verdict}, {m.seconds:.0f} s{' (alone: ' + m.alone + ')' if m.alone else ''}",
+        print(f"== {m.name}: {verdict}, {m.seconds:.0f} s, {m.cpu:.0f} s CPU"
+              f"{' (alone: ' + m.alone + ')' if m.alone else ''}",
               flush=True)
         print(m.log.rstrip(), flush=True)
 
@@ -143,20 +167,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
                     help="modules run at once, besides those that run alone (default: the usable CPUs)")
     ap.add_argument("--times", type=Path, help="a JSON file of each module's last duration: read, then rewritten")
+    ap.add_argument("--ctest", type=Path, metavar="BUILD_DIR", help="run ctest in BUILD_DIR too, as a shared module")
     args = ap.parse_args(argv)
     times = json.loads(args.times.read_text()) if args.times and args.times.is_file() else {}
     modules = discover(args.modules, times)
+    if args.ctest:
+        modules.append(ctest_module(args.ctest, times))
     start = time.monotonic()
     run(modules, args.jobs)
     wall = time.monotonic() - start
     if args.times:
         times.update({m.name: round(m.seconds, 1) for m in modules})
         args.times.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
-    print("\n== grader tests: seconds per module (alone = with nothing beside it)")
+    print("\n== grader tests: seconds per module, wall and CPU (alone = with nothing beside it)")
     for m in sorted(modules, key=lambda m: -m.seconds):
-        print(f"  {m.seconds:7.0f}  {m.name}{'  alone' if m.alone else ''}{'' if m.returncode == 0 else '  FAILED'}")
+        print(f"  {m.seconds:7.0f} {m.cpu:7.0f}  {m.name}{'  alone' if m.alone else ''}"
+              f"{'' if m.returncode == 0 else '  FAILED'}")
     failed = [m.name for m in modules if m.returncode != 0]
-    print(f"  {wall:7.0f}  in all ({len(modules)} modules, up to {args.jobs} at once)")
+    cpu = sum(m.cpu for m in modules)
+    print(f"  {wall:7.0f} {cpu:7.0f}  in all ({len(modules)} modules, up to {args.jobs} at once; CPU time "
+          f"{cpu / wall / max(1, len(os.sched_getaffinity(0))):.0%} of the cores' wall time)")
     if failed:
         print(f"grader tests FAILED: {', '.join(failed)}")
         return 1

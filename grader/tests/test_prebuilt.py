@@ -184,7 +184,7 @@ class TestChangedHiddenTest(helpers.GraderAssertions, unittest.TestCase):
 
     def test_hidden_objects_have_no_debug_information(self):
         self.assertIsNotNone(self.new_entry)
-        build = self.new_entry / "build" / "labs" / "01_point_to_point"
+        build = prebuilt.Entry(self.new_entry, {}).build / "labs" / "01_point_to_point"
         hidden = list(build.glob("CMakeFiles/lab01_*_hidden.dir/**/*.o"))
         public = list(build.glob("CMakeFiles/lab01_student_test.dir/**/*.o"))
         self.assertTrue(hidden and public, "no objects where the entry keeps them")
@@ -199,11 +199,37 @@ class TestChangedHiddenTest(helpers.GraderAssertions, unittest.TestCase):
         self.assertEqual(self.third.item(ITEM)["status"], "failed")
 
     def test_the_build_sandbox_sees_the_entry_build_folder_only(self):
-        entry = self.second_entries[0]
-        args = Sandbox(tree=Path("/tmp/work"), read_only=[entry / "build"]).wrap(["true"], Path("/tmp"))
-        self.assertIn(str(entry / "build"), args)
-        self.assertNotIn(str(entry / "tree"), args)
-        self.assertNotIn(str(entry), args)
+        entry = prebuilt.Entry(self.second_entries[0], {})
+        args = Sandbox(tree=Path("/tmp/work"), read_only=[entry.build]).wrap(["true"], Path("/tmp"))
+        self.assertIn(str(entry.build), args)
+        self.assertNotIn(str(entry.tree), args)
+        self.assertNotIn(str(entry.folder), args)
+
+    def test_the_repository_build_can_seed_the_entry(self):
+        # Note [Seeded by the repository's build]: ccache hands the repository's objects
+        # to an entry only if the compiler's command lines are the same once each
+        # tree's path is cut off (CCACHE_BASEDIR). The public test objects here: the
+        # same sources, the same flags, the CUDA choice included.
+        repo = helpers.ROOT / "build"
+        if not (repo / "build.ninja").is_file():
+            self.skipTest("no repository build (./dtl build) to compare with")
+        cache = (repo / "CMakeCache.txt").read_text()
+        if "DTL_ENABLE_CUDA:BOOL=OFF" in cache:
+            self.skipTest("the repository's build was configured without CUDA (a preset other than default)")
+        entry = prebuilt.Entry(self.first_entries[0], {})
+        lab = entry.build / "labs" / "01_point_to_point"
+        objects = sorted(lab.glob("CMakeFiles/lab01_student_test.dir/tests/*.o"))
+        self.assertTrue(objects, "the entry has no public test objects")
+
+        def command(build: Path, root: Path, obj: str) -> str:
+            out = subprocess.run(["ninja", "-C", str(build), "-t", "commands", obj], capture_output=True,
+                                 text=True, timeout=60).stdout.strip().splitlines()
+            return out[-1].replace(str(root), "ROOT") if out else ""
+        for obj in objects:
+            rel = str(obj.relative_to(entry.build))
+            ours = command(entry.build, entry.tree, rel)
+            self.assertTrue(ours, rel)
+            self.assertEqual(ours, command(repo, helpers.ROOT, rel), rel)
 
 
 if __name__ == "__main__":
