@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from . import process, progress, sandbox
-from .grading import cleanup, grade_batch, grade_one
+from .grading import cleanup, grade_batch, grade_labs, grade_one
 from .lab import ROOT, GraderError, find_lab, load_lab
 from .report import write_results
 from .submission import submission_sources
@@ -30,11 +30,34 @@ def on_signal(signum, frame) -> None:
     os._exit(128 + signum)
 
 
+def every_lab_number() -> list[str]:
+    return sorted(p.name[:2] for p in (ROOT / "labs").glob("[0-9][0-9]_*") if p.is_dir())
+
+
+def lab_and_hidden(number: str, args):
+    """Lab `number` with its hidden test folders (grader/hidden/NN_topic unless
+    --no-hidden, then every --hidden DIR)."""
+    lab_name = find_lab(number)
+    hidden_dirs = [] if args.no_hidden else [ROOT / "grader" / "hidden" / lab_name]
+    hidden_dirs = [d for d in hidden_dirs if d.is_dir()] + [Path(h).resolve() for h in args.hidden]
+    for d in hidden_dirs:
+        if not d.is_dir():
+            raise GraderError(f"--hidden {d}: not a folder")
+    lab = load_lab(number, hidden_dirs)
+    if args.budget is not None:
+        if args.budget <= 0:
+            raise GraderError(f"--budget {args.budget:g}: must be a positive number of seconds")
+        lab.budget = args.budget
+    return lab, hidden_dirs
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="./dtl grade", description="Grade a lab: build the submission in a pristine tree, run the tests "
                                         "under MPI with timeouts, score the rubric, write Gradescope JSON.")
-    parser.add_argument("lab", help="lab number, e.g. 01")
+    parser.add_argument("lab", help="lab number, e.g. 01; with --reference or --skeleton also several, 01,03, "
+                                    "or all: --jobs labs at a time up to their speed items, which then run one lab "
+                                    "at a time")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--submission", metavar="DIR",
                        help="a folder with the lab's src files, or a checkout of the repository "
@@ -68,8 +91,14 @@ def main(argv=None) -> int:
                         help="run the submission without bubblewrap: only where namespaces are refused (some "
                              "containers) and only for code you trust; the results say so")
     args = parser.parse_args(argv)
-    if args.jobs < 1 or (args.jobs > 1 and not args.batch):
-        parser.error(f"--jobs {args.jobs}: a number of submissions at a time, 1 or more, with --batch")
+    every_lab = args.lab == "all" or "," in args.lab
+    if every_lab and not (args.reference or args.skeleton):
+        parser.error(f"{args.lab}: several labs' --reference or --skeleton (a submission is graded one lab at a time)")
+    if every_lab and (args.json or args.fail_under is not None or args.keep):
+        parser.error(f"{args.lab}: --json, --fail-under and --keep are for one lab")
+    if args.jobs < 1 or (args.jobs > 1 and not (args.batch or every_lab)):
+        parser.error(f"--jobs {args.jobs}: a number of submissions (or labs) at a time, 1 or more, with --batch "
+                     "(or 'all')")
     if args.fail_under is not None and not 0 <= args.fail_under <= 100:
         parser.error(f"--fail-under {args.fail_under:g}: a percentage from 0 to 100")
     progress.ENABLED = not args.json  # a machine reads --json's results: no live status line
@@ -84,17 +113,10 @@ def main(argv=None) -> int:
             return 2
 
     try:
-        lab_name = find_lab(args.lab)
-        hidden_dirs = [] if args.no_hidden else [ROOT / "grader" / "hidden" / lab_name]
-        hidden_dirs = [d for d in hidden_dirs if d.is_dir()] + [Path(h).resolve() for h in args.hidden]
-        for d in hidden_dirs:
-            if not d.is_dir():
-                raise GraderError(f"--hidden {d}: not a folder")
-        lab = load_lab(args.lab, hidden_dirs)
-        if args.budget is not None:
-            if args.budget <= 0:
-                raise GraderError(f"--budget {args.budget:g}: must be a positive number of seconds")
-            lab.budget = args.budget
+        if every_lab:
+            numbers = every_lab_number() if args.lab == "all" else [n for n in args.lab.split(",") if n]
+            return grade_labs([lab_and_hidden(each, args) for each in numbers], args)
+        lab, hidden_dirs = lab_and_hidden(args.lab, args)
         if args.batch:
             return grade_batch(lab, Path(args.batch), Path(args.out), hidden_dirs, args)
         source, description = submission_sources(lab, args)

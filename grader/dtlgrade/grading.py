@@ -323,11 +323,11 @@ def measure_held(lab: Lab, graded: Graded, args) -> None:
 # ./dtl grade) wait for each other through perf.speed_turn(); what else runs on
 # the machine the noise guard sees (perf.py, Note [Noise guard]).
 
-def _graded_in_worker(lab: Lab, sub: Path, hidden_dirs: list[Path], args, hold: Path, log: Path,
+def _graded_in_worker(lab: Lab, sub: Path | None, hidden_dirs: list[Path], args, hold: Path, log: Path,
                       result: Path) -> int:
-    """Starts a process that grades `sub` up to its speed items (printing into
-    `log`) and writes its Graded (or the grader's error) as JSON into `result`;
-    returns its pid."""
+    """Starts a process that grades `sub` (None: what `args` selects, --reference or
+    --skeleton) up to its speed items (printing into `log`) and writes its Graded
+    (or the grader's error) as JSON into `result`; returns its pid."""
     pid = os.fork()
     if pid:
         return pid
@@ -339,7 +339,8 @@ def _graded_in_worker(lab: Lab, sub: Path, hidden_dirs: list[Path], args, hold: 
         WORKERS.clear()           # the parent's: an interrupted worker stops only its own runs...
         WORK_FOLDERS.clear()      # ...and removes only its own tree, not the batch's folder
         progress.ENABLED = False  # no live status line in a log file
-        args.submission = str(sub)
+        if sub is not None:
+            args.submission = str(sub)
         try:
             source, description = submission_sources(lab, args)
             text = grade_correctness(lab, source, description, hidden_dirs, args, hold=hold).to_json()
@@ -465,3 +466,56 @@ def grade_batch(lab: Lab, folder: Path, out: Path, hidden_dirs: list[Path], args
     print(f"\ngraded {len(todo)} submissions{f' ({kept} more kept from an earlier run)' if kept else ''}; "
           f"results in {out}/ (summary.csv, NAME.json)")
     return 0
+
+
+def grade_labs(labs: list[tuple[Lab, list[Path]]], args) -> int:
+    """Grades every lab of `labs` (each with its hidden test folders) as `args`
+    selects (--reference or --skeleton), `args.jobs` labs at a time up to their
+    speed items; then, one lab after the other with nothing else running, each
+    lab's speed items and its report (Note [Speed in a batch], with labs for
+    submissions: `./dtl demo` grades the nine references so). Returns 0 when every
+    lab was graded, 1 when the grader failed on one (its error is printed)."""
+    jobs = max(1, getattr(args, "jobs", 1) or 1)
+    batch = Path(tempfile.mkdtemp(prefix="dtl-labs-"))
+    WORK_FOLDERS.add(batch)
+    status = 0
+    try:
+        waiting, running, done = list(labs), {}, {}
+        print(f"grading {len(labs)} labs, {jobs} at a time up to their speed items; then each lab's speed items "
+              "and report, one lab after the other", flush=True)
+        while waiting or running:
+            while waiting and len(running) < jobs:
+                lab, hidden_dirs = waiting.pop(0)
+                name = f"lab{lab.number}"
+                pid = _graded_in_worker(lab, None, hidden_dirs, args, batch / name, batch / f"{name}.log",
+                                        batch / f"{name}.json")
+                WORKERS.add(pid)
+                running[pid] = lab
+                print(f"  lab {lab.number}: grading", flush=True)
+            pid, _ = os.wait()
+            WORKERS.discard(pid)
+            lab = running.pop(pid)
+            done[lab.number] = lab
+            print(f"  lab {lab.number}: correctness graded", flush=True)
+        for lab, _ in labs:
+            name = f"lab{lab.number}"
+            print(f"\n################ lab {lab.number} ################", flush=True)
+            log, result = batch / f"{name}.log", batch / f"{name}.json"
+            print(log.read_text(errors="replace").rstrip() if log.exists() else "", flush=True)
+            try:
+                text = result.read_text() if result.exists() else json.dumps({"grader_error": "no result"})
+                if (error := json.loads(text).get("grader_error")) is not None:
+                    raise GraderError(error)
+                outcome = Graded.from_json(text)
+                if outcome.held is not None:
+                    measure_held(lab, outcome, args)
+                finish(lab, outcome)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as e:  # noqa: BLE001 -- one lab must not end the others
+                print(f"grade: lab {lab.number}: {type(e).__name__}: {e}", flush=True)
+                status = 1
+    finally:
+        shutil.rmtree(batch, ignore_errors=True)
+        WORK_FOLDERS.discard(batch)
+    return status

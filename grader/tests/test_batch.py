@@ -77,5 +77,40 @@ class TestBatchGuard(unittest.TestCase):
                 self.assertEqual([r["submission"] for r in csv.DictReader(f)], ["alice", "bob"])
 
 
+
+class TestSeveralLabs(unittest.TestCase):
+    """`grade.py 01,02 --skeleton --jobs 2` (how `./dtl demo` grades every lab's
+    reference: `all`): both labs graded at once up to their speed items, then
+    each lab's report in lab order, each the lab's own (0 for a skeleton)."""
+
+    @classmethod
+    def setUpClass(cls):
+        args = [sys.executable, str(helpers.GRADE_PY), "01,02", "--skeleton", "--jobs", "2", "--no-hidden"]
+        if not helpers.sandbox_works():
+            args.append("--no-sandbox")
+        cls.proc = subprocess.run(args, cwd=helpers.ROOT, text=True, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, timeout=helpers.GRADE_TIMEOUT)
+
+    def test_each_lab_reported_in_order_with_its_own_total(self):
+        out = self.proc.stdout
+        self.assertEqual(self.proc.returncode, 0, out[-3000:])
+        self.assertEqual(out.count("correctness graded"), 2, out[-3000:])
+        first, second = out.index("################ lab 01"), out.index("################ lab 02")
+        self.assertLess(first, second)
+        self.assertIn("Grading lab 01 (01_point_to_point): the student skeleton", out[first:second])
+        self.assertIn("Grading lab 02 (02_collectives): the student skeleton", out[second:])
+        totals = [line.split()[1:4] for line in out.splitlines() if line.startswith("TOTAL")]
+        self.assertEqual(len(totals), 2, out[-3000:])
+        for score, slash, points in totals:
+            self.assertEqual((score, slash), ("0", "/"), totals)
+            self.assertGreater(float(points), 0)
+
+    def test_several_labs_are_for_the_reference_or_the_skeleton_only(self):
+        proc = subprocess.run([sys.executable, str(helpers.GRADE_PY), "01,02", "--submission", "."],
+                              cwd=helpers.ROOT, text=True, capture_output=True, timeout=60)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("01,02: several labs' --reference or --skeleton", proc.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
