@@ -30,14 +30,14 @@ const nn::Tensor& OverlappedRowParallelLinear::forward(const nn::Tensor& x) {
   cache.x = x;  // a handle: backward's dW needs it
   detail::ensure(cache.y, output_shape(x.shape()), x.dtype());
   // BEGIN SOLUTION(OverlappedRowParallelLinear::forward)
-  // | Return y = the sum over the group of x_r W_r^T, plus the bias once, in cache.y (made
-  // | above), as RowParallelLinear's forward. The N rows (x.numel() / in_) are cut into
-  // | min(chunks_, N) chunks of consecutive rows, in row order, whose sizes differ by at
-  // | most one; each chunk's rows of the product are computed in place in cache.y and
-  // | their allreduce is issued before the next chunk's GEMM begins; everything is waited
-  // | for before the bias is added and forward returns (Note [Overlapping the row-parallel
-  // | allreduce], handout Task F; the tests record the chunks and what cache.y holds at
-  // | each issue).
+  // | Return y = the sum over the group of x_r W_rᵀ, plus the bias once, in cache.y (made
+  // | above), as RowParallelLinear's forward. The N rows of x (every dimension but the last)
+  // | are cut into k chunks of consecutive rows, in row order, their sizes differing by at
+  // | most one row, none empty (k is chunks_, or N when N is smaller); each chunk's rows of
+  // | the product are computed in place in cache.y and their allreduce is issued before the
+  // | next chunk's GEMM begins; all are waited for before the bias is added and forward
+  // | returns (Note [Overlapping the row-parallel allreduce], handout Task F; the tests
+  // | record the chunks and what cache.y holds at each issue).
   const std::int64_t rows = x.numel() / in_;
   const std::int64_t k = std::min<std::int64_t>(chunks_, rows);  // no empty chunk: k > N gives N chunks of one row
   std::vector<Work> pending;
