@@ -49,10 +49,13 @@ namespace dtl::lab08 {
 //
 // Bandwidth-bound (n/(T B) >> alpha) it approaches 1 - 1/k; latency-bound it
 // approaches 0, because every chunk pays the full alpha and the last one is not
-// hidden. A row at the benchmark's shapes (N = 256 tokens, C = 128, f32, T = 2,
-// n = 128 KiB): 10GbE (alpha 10 us, 1.25 GB/s) at k = 4, hidden <= 63%;
-// NVLink4 (alpha 2 us, 450 GB/s), hidden <= 7%. What chunking costs: k
-// collectives instead of one (k alphas on the link) and k smaller GEMMs.
+// hidden. At the benchmark's shapes (the MLP's output projection, N = 256 tokens,
+// C = 128, f32, T = 2, n = 128 KiB): 10GbE (alpha 10 us, 1.25 GB/s) at k = 4,
+// hidden <= 63%; NVLink4 (alpha 2 us, 450 GB/s), hidden <= 5%. What chunking
+// costs: k collectives instead of one (k alphas on the link) and k smaller GEMMs.
+// When a chunk's GEMM is shorter than its allreduce, the chunks queue on the link
+// and those k alphas can expose more than one allreduce did (bench/RESULTS.md: T
+// = 4 on 10GbE with k = 8). More chunks is not always better.
 //
 // The result does not change: each row of y is the same sum of the same T
 // products. With integer-valued inputs (exact sums) it equals the plain layer
