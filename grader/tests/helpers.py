@@ -73,6 +73,9 @@ LABS = {
     "07": ("07_pipeline", {
         "one_f_one_b_schedule": "schedule.cc",
     }),
+    "08": ("08_tensor_parallel", {
+        "OverlappedRowParallelLinear::forward": "overlapped_linear.cc",
+    }),
     "02": ("02_collectives", {
         "broadcast_binomial": "broadcast.cc",
         "broadcast_scatter_allgather": "broadcast.cc",

@@ -1,12 +1,16 @@
-"""Lab 08 end to end: `grade.py 08 --reference` gives 120 / 120 (100 public points,
-10 for speed and 10 example hidden ones) in 14 items, `--skeleton` gives 0 fast, every item saying
+"""Lab 08 end to end: `grade.py 08 --reference` gives 135 / 135 (110 public points,
+10 for speed and 15 example hidden ones) in 16 items, `--skeleton` gives 0 fast, every item saying
 what is not implemented yet; and a submission whose column-parallel layer forgets
 f's backward allreduce (each rank returns only its own term of dx) loses exactly
 the items built on that layer — the column layer itself, the communication count,
-the MLP and attention blocks, the GPT, the grid, both hidden items and the speed
+the MLP and attention blocks, the GPT, the grid, the first two hidden items and the speed
 item (it counts only once the GPT is right) — and keeps the row-parallel layer, the
-vocabulary items, sequence parallelism (its own code path) and the refusals:
-45 / 120."""
+vocabulary items, sequence parallelism (its own code path), the refusals and the
+overlapped row-parallel layer (task F, built from the test's own slices) with its
+hidden item: 60 / 135. An overlapped layer that computes the whole product first and
+only then issues the chunks' allreduces (right results, nothing overlapped) passes the
+equality tests and fails the chunk-order test (task F, in the kept tree, rebuilt into
+the student test program only)."""
 import shutil
 import sys
 import unittest
@@ -18,8 +22,29 @@ import helpers  # noqa: E402
 LAB_DIR = "08_tensor_parallel"
 REFERENCE = helpers.ROOT / "reference" / LAB_DIR / "src"
 
+# Task F with nothing overlapped: the whole product, then the chunks' allreduces.
+ALL_GEMMS_FIRST = """\
+  const std::int64_t rows = x.numel() / in_;
+  const std::int64_t k = std::min<std::int64_t>(chunks_, rows);
+  std::vector<Work> pending;
+  detail::dispatch_float(x.dtype(), "OverlappedRowParallelLinear::forward", [&](auto zero) {
+    using T = decltype(zero);
+    // fault: the whole product first, then the chunks' allreduces (nothing overlaps)
+    nn::gemm(false, true, rows, out_, in_, T{1}, x.data<T>(), in_, weight_.value.data<T>(), in_, T{0},
+             cache.y.data<T>(), out_);
+    for (std::int64_t c = 0; c < k; ++c) {
+      const std::int64_t begin = c * rows / k, end = (c + 1) * rows / k;
+      pending.push_back(tp_.allreduce(cache.y.data<T>() + begin * out_,
+                                      static_cast<std::size_t>((end - begin) * out_), x.dtype(), ReduceOp::kSum));
+    }
+  });
+  for (Work& work : pending) work.wait();
+  if (has_bias_) add_bias(cache.y, bias_.value);
+  return cache.y;
+"""
+
 # Items that need the column-parallel backward's allreduce (grader/rubrics/08.toml).
-LOSES = ("1. ", "3. ", "4. ", "5. ", "8. ", "10. ", "Hidden: ", "Speed: ")
+LOSES = ("1. ", "3. ", "4. ", "5. ", "8. ", "10. ", "Hidden: column/row", "Hidden: a tensor-parallel GPT", "Speed: ")
 
 
 class TestLab08Reference(helpers.GraderAssertions, unittest.TestCase):
@@ -33,7 +58,7 @@ class TestLab08Reference(helpers.GraderAssertions, unittest.TestCase):
     def setUpClass(cls):
         from test_speed_under_load import Load, report  # noqa: PLC0415 -- a sibling test module
         with Load() as load:
-            cls.graded = helpers.grade("--reference", lab="08")
+            helpers.grade_kept(cls, "08")
         cls.load_share = load.cpu_share
         report("lab 08 reference", cls.graded.json["tests"] if cls.graded.json else [], load.cpu_share)
 
@@ -42,7 +67,25 @@ class TestLab08Reference(helpers.GraderAssertions, unittest.TestCase):
         self.assertGreater(self.load_share, MIN_SHARE, "the load was not there")
 
     def test_full_marks(self):
-        self.assertReferenceFullMarks(self.graded, 120, items=14)  # 11 public + 1 speed + 2 example hidden items
+        self.assertReferenceFullMarks(self.graded, 135, items=16)  # 12 public + 1 speed + 3 example hidden items
+
+    def test_all_gemms_first_loses_the_overlap_item(self):
+        # In the kept tree: the fault rebuilt into the student test program only. Its
+        # results are right, so only ChunkWatch (what y holds at each issue) can tell.
+        self.assertIsNotNone(self.work, "grade.py --keep printed no folder")
+        function = "OverlappedRowParallelLinear::forward"
+        helpers.mutate_kept(self.work, "08", function, ALL_GEMMS_FIRST)
+        try:
+            build = helpers.rebuild_kept(self.work, "08", "lab08_student_test")
+            self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
+            rc, out, _ = helpers.run_kept_tests(self.work, "08", 3, "--gtest_filter=Overlap.EqualsTheUnsplitLayer")
+            self.assertEqual(rc, 0, out[-3000:])
+            rc, out, _ = helpers.run_kept_tests(self.work, "08", 3,
+                                                "--gtest_filter=Overlap.ChunksAreIssuedAsTheyAreComputed")
+            self.assertNotEqual(rc, 0, out[-3000:])
+            self.assertIn("the next chunk's GEMM ran before this chunk's allreduce was issued", out, out[-3000:])
+        finally:  # the source back to the reference's
+            helpers.mutate_kept(self.work, "08", function, helpers.reference_body(function, "08"))
 
 
 class TestLab08Skeleton(helpers.GraderAssertions, unittest.TestCase):
@@ -79,7 +122,7 @@ class TestLab08ForgottenAllreduce(helpers.GraderAssertions, unittest.TestCase):
         self.assertEqual(len(failing), 9, [t["name"] for t in failing])
         self.assertZero(failing)
         self.assertFullMarks(passing)
-        self.assertEqual(self.graded.json["score"], 45)
+        self.assertEqual(self.graded.json["score"], 60)
         column = next(t for t in tests if t["name"].startswith("1. "))
         # The failure names the rank, the element, expected against got.
         self.assertRegex(column["output"], r"rank \d+: dx, the sum over every rank's term .*\[\d+\] expected ")

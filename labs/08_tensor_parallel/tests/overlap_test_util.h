@@ -1,0 +1,203 @@
+// What the tests of lab 08's task F share (public and hidden): the overlapped
+// layer built from the test's own slicing of a full layer; one forward and
+// backward against the unsplit layer; and ChunkWatch, a Communicator that looks
+// at the layer's output at each allreduce's issue, to see the chunks computed and
+// issued one after another (See Note [Overlapping the row-parallel allreduce]).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "labs/08_tensor_parallel/tests/tp_test_util.h"
+#include "lab08/overlapped_linear.h"
+
+namespace lab08_test {
+
+/// This rank's layer, with k = `chunks`, from the test's own slicing of `full` (never the lab's).
+inline std::unique_ptr<lab08::OverlappedRowParallelLinear> overlapped_of(nn::Linear& full, dtl::Communicator& tp,
+                                                                         int T, int r, int chunks) {
+  const nn::Tensor& w = full.weight().value;
+  const nn::Tensor weight = tensor_of({w.dim(0), w.dim(1) / T}, column_slice(w, T, r), w.dtype());
+  const nn::Tensor bias = full.bias().value.defined() ? full.bias().value.clone(nn::MemoryCategory::kOther) : nn::Tensor();
+  return std::make_unique<lab08::OverlappedRowParallelLinear>(full.name(), weight, bias, tp, chunks);
+}
+
+/// `leading` with `last` appended: (N..., last).
+inline nn::Shape rows_by(nn::Shape leading, std::int64_t last) {
+  leading.push_back(last);
+  return leading;
+}
+
+/// Values for a case: (shape, seed) -> an f64 tensor, the same on every rank.
+using MakeValues = std::function<nn::Tensor(const nn::Shape&, std::uint64_t)>;
+
+/// One case: forward and backward against the unsplit layer of `dtype`, within `tol` (0: bit for bit).
+inline void check_overlapped(const nn::Shape& lead, std::int64_t in, std::int64_t out, bool bias, int chunks,
+                             const MakeValues& make, double tol, nn::DType dtype = nn::DType::kF64) {
+  Group tp(comm());
+  const int T = tp.size(), r = tp.rank();
+  const std::string what = "x " + nn::to_string(rows_by(lead, in)) + ", out " + std::to_string(out) +
+                           (bias ? ", bias" : ", no bias") + ", " + std::to_string(chunks) + " chunks, " +
+                           dtl::dtype_name(dtype);
+  auto of = [&](const nn::Shape& shape, std::uint64_t seed) { return tensor_of(shape, values(make(shape, seed)), dtype); };
+  dtl::Rng rng(3);
+  nn::Linear full("proj", in, out, dtype, rng, 0.5, bias);
+  full.weight().value.copy_from(of({out, in}, 7));
+  if (bias) full.bias().value.copy_from(of({out}, 8));
+  auto layer = overlapped_of(full, tp.mpi, T, r, chunks);
+  const nn::Tensor x = of(rows_by(lead, in), 9);
+  const nn::Tensor dy = of(rows_by(lead, out), 10);
+  const std::vector<double> y_full = values(full.forward(x));
+  const nn::Tensor dx_full = full.backward(dy, {}).clone(nn::MemoryCategory::kOther);
+
+  const nn::Tensor x_mine = tensor_of(rows_by(lead, in / T), column_slice(x, T, r), dtype);
+  EXPECT_TRUE(close_to(y_full, values(layer->forward(x_mine)),
+                       "y, every rank's chunks summed plus the bias (" + what + ")", tol));
+  const nn::Tensor& dx = layer->backward(dy, {});
+  EXPECT_TRUE(close_to(column_slice(dx_full, T, r), values(dx), "this rank's columns of dx (" + what + ")", tol));
+  const std::vector<nn::Parameter*> params = layer->parameters();
+  EXPECT_TRUE(close_to(column_slice(full.weight().grad, T, r), values(params[0]->grad),
+                       "this rank's columns of dW (" + what + ")", tol));
+  if (bias) EXPECT_TRUE(close_to(values(full.bias().grad), values(params[1]->grad), "db (" + what + ")", tol));
+}
+
+inline nn::Tensor random_of(const nn::Shape& shape, std::uint64_t seed) { return random_tensor(shape, seed); }
+
+// Integers in [-3, 3]: every product and sum is exact, in any order.
+inline nn::Tensor integers_of(const nn::Shape& shape, std::uint64_t seed) {
+  std::vector<double> v = random_values(nn::shape_numel(shape), seed);
+  for (double& e : v) e = std::round(3.0 * e);
+  return tensor_of(shape, v);
+}
+
+// A Communicator between the layer and Open MPI that, at each allreduce's issue, reads
+// the layer's output rows: the chunk being issued must hold this rank's product
+// already (x_r W_r^T, the test's own loops), and no later row may hold it yet.
+class ChunkWatch final : public dtl::Communicator {
+ public:
+  ChunkWatch(dtl::Communicator& inner, std::vector<double> product, std::int64_t out)
+      : inner_(inner), product_(std::move(product)), out_(out) {}
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  std::string name() const override { return "chunk watch over " + inner_.name(); }
+
+  struct Issue {
+    std::int64_t first_row = -1, rows = 0;  // where the buffer lies in y (-1: not inside it)
+    std::int64_t rows_ready = 0;            // rows of the chunk holding the product at the issue
+    std::int64_t later_rows_ready = 0;      // rows after the chunk holding it already
+  };
+  std::vector<Issue> issues;
+
+ protected:
+  std::unique_ptr<dtl::WorkImpl> do_allreduce(void* buf, const dtl::OpInfo& info) override {
+    const auto address = reinterpret_cast<std::uintptr_t>(buf);
+    if (issues.empty()) base_ = address;  // chunk 0 starts at row 0 of y
+    Issue issue;
+    const auto n = static_cast<std::int64_t>(product_.size());
+    const std::int64_t offset = (static_cast<std::int64_t>(address) - static_cast<std::int64_t>(base_)) /
+                                static_cast<std::int64_t>(sizeof(double));
+    const auto* y = reinterpret_cast<const double*>(base_);
+    if (info.dtype == dtl::DType::kF64 && address >= base_ && offset % out_ == 0 &&
+        offset + static_cast<std::int64_t>(info.count) <= n) {
+      issue.first_row = offset / out_;
+      issue.rows = static_cast<std::int64_t>(info.count) / out_;
+      for (std::int64_t row = issue.first_row; row < n / out_; ++row) {
+        bool holds = true;
+        for (std::int64_t j = 0; j < out_; ++j) {
+          const double want = product_[static_cast<std::size_t>(row * out_ + j)];
+          holds = holds && std::abs(y[row * out_ + j] - want) <= kTol * (1.0 + std::abs(want));
+        }
+        (row < issue.first_row + issue.rows ? issue.rows_ready : issue.later_rows_ready) += holds ? 1 : 0;
+      }
+    }
+    issues.push_back(issue);
+    return std::make_unique<Forward>(inner_.allreduce(buf, info.count, info.dtype, info.op), info);
+  }
+  std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
+    return std::make_unique<Forward>(inner_.broadcast(buf, info.count, info.dtype, info.root), info);
+  }
+  std::unique_ptr<dtl::WorkImpl> do_reduce_scatter(const void* send, void* recv, const dtl::OpInfo& info) override {
+    return std::make_unique<Forward>(inner_.reduce_scatter(send, recv, info.count, info.dtype, info.op), info);
+  }
+  std::unique_ptr<dtl::WorkImpl> do_allgather(const void* send, void* recv, const dtl::OpInfo& info) override {
+    return std::make_unique<Forward>(inner_.allgather(send, recv, info.count, info.dtype), info);
+  }
+
+ private:
+  class Forward final : public dtl::WorkImpl {
+   public:
+    Forward(dtl::Work work, const dtl::OpInfo& info) : dtl::WorkImpl(info.description), work_(std::move(work)) {}
+    bool test() override { return work_.test(); }
+    bool wait_until(double deadline) override {
+      return work_.wait_for(std::max(0.0, deadline - dtl::clock_seconds()));
+    }
+
+   private:
+    dtl::Work work_;
+  };
+  dtl::Communicator& inner_;
+  std::vector<double> product_;
+  std::int64_t out_;
+  std::uintptr_t base_ = 0;  // y's first row: where chunk 0's allreduce began
+};
+
+/// One forward of `rows` rows in `chunks` chunks behind a ChunkWatch: the chunks in row order,
+/// each issued with its rows computed and the later ones not yet.
+inline void check_chunks(std::int64_t rows, int chunks) {
+  Group tp(comm());
+  const int T = tp.size(), r = tp.rank();
+  const std::int64_t in = 2 * T, out = 3, local_in = in / T;
+  auto full = random_linear("proj", in, out, true, 17);
+  const nn::Tensor x_mine = tensor_of({rows, local_in}, column_slice(random_tensor({rows, in}, 18), T, r));
+  // The test's own product x_r W_r^T (plain loops).
+  const std::vector<double> w = column_slice(full->weight().value, T, r), xv = values(x_mine);
+  std::vector<double> product(static_cast<std::size_t>(rows * out), 0.0);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t j = 0; j < out; ++j) {
+      for (std::int64_t k = 0; k < local_in; ++k) {
+        product[static_cast<std::size_t>(i * out + j)] +=
+            xv[static_cast<std::size_t>(i * local_in + k)] * w[static_cast<std::size_t>(j * local_in + k)];
+      }
+    }
+  }
+  ChunkWatch watch(tp.record, product, out);
+  auto layer = overlapped_of(*full, watch, T, r, chunks);
+  tp.record.clear();
+  layer->forward(x_mine);
+
+  const std::string what = std::to_string(rows) + " rows in " + std::to_string(chunks) + " chunks, rank " +
+                           std::to_string(r);
+  const std::int64_t k = std::min<std::int64_t>(chunks, rows);
+  const auto& ops = tp.record.ops();
+  EXPECT_EQ(static_cast<std::int64_t>(ops.size()), k)
+      << what << ": one allreduce per chunk, min(chunks, rows) of them; issued " << describe(tp.record);
+  if (ops.size() != watch.issues.size()) return;  // nothing collective follows in this case
+  std::int64_t next_row = 0, smallest = rows, largest = 0;
+  for (std::size_t c = 0; c < watch.issues.size(); ++c) {
+    const ChunkWatch::Issue& issue = watch.issues[c];
+    EXPECT_EQ(ops[c].kind, CollectiveKind::kAllreduce) << what;
+    EXPECT_EQ(issue.first_row, next_row) << what << ": chunk " << c << "'s allreduce is not on the rows of y that "
+                                         << "follow chunk " << c - 1 << "'s (consecutive rows, in row order, in place)";
+    EXPECT_EQ(issue.rows_ready, issue.rows) << what << ": at the issue of chunk " << c << "'s allreduce, only "
+                                            << issue.rows_ready << " of its " << issue.rows
+                                            << " rows of y hold this rank's product x_r W_r^T";
+    EXPECT_EQ(issue.later_rows_ready, 0) << what << ": at the issue of chunk " << c << "'s allreduce, "
+                                         << issue.later_rows_ready << " later rows of y already hold their product: "
+                                         << "the next chunk's GEMM ran before this chunk's allreduce was issued";
+    next_row = issue.first_row + issue.rows;
+    smallest = std::min(smallest, issue.rows);
+    largest = std::max(largest, issue.rows);
+  }
+  EXPECT_EQ(next_row, rows) << what << ": the chunks cover every row once";
+  EXPECT_LE(largest - smallest, 1) << what << ": chunk sizes differ by at most one row";
+}
+
+}  // namespace lab08_test

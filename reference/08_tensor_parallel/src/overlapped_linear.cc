@@ -1,0 +1,65 @@
+// Lab 08, task F: a row-parallel Linear layer whose allreduce overlaps its GEMM.
+//
+// What this file teaches: a collective that depends on a computation need not
+// wait for all of it. Each row of y is reduced on its own, so the GEMM is cut into
+// row chunks and each chunk's allreduce goes onto the link the moment its rows
+// exist, while the cores multiply the next chunk (See Note [Overlapping the
+// row-parallel allreduce] in lab08/overlapped_linear.h):
+//
+//     GEMM   [ rows 0 ][ rows 1 ][ rows 2 ]
+//     link             [ AR 0 ]  [ AR 1 ]  [ AR 2 ]      only the last is exposed
+//
+// The constructor, the backward (no communication, as RowParallelLinear's) and the
+// plumbing are given (given/overlapped_layer.cc); the forward is the task.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "harness/nn/gemm.h"
+#include "harness/nn/layer_util.h"
+#include "lab08/overlapped_linear.h"
+#include "layer_helpers.h"
+
+namespace dtl::lab08 {
+
+namespace detail = nn::detail;  // ensure(), require_input(), dispatch_float()
+
+const nn::Tensor& OverlappedRowParallelLinear::forward(const nn::Tensor& x) {
+  detail::require_input(x, weight_.value.dtype(), in_, name_, "x");
+  Cache& cache = caches_.at(slot_);
+  cache.x = x;  // a handle: backward's dW needs it
+  detail::ensure(cache.y, output_shape(x.shape()), x.dtype());
+  // BEGIN SOLUTION(OverlappedRowParallelLinear::forward)
+  // | Return y = the sum over the group of x_r W_rᵀ, plus the bias once, in cache.y (made
+  // | above), as RowParallelLinear's forward. The N rows of x (every dimension but the last)
+  // | are cut into k chunks of consecutive rows, in row order, their sizes differing by at
+  // | most one row, none empty (k is chunks_, or N when N is smaller); each chunk's rows of
+  // | the product are computed in place in cache.y and their allreduce is issued before the
+  // | next chunk's GEMM begins; all are waited for before the bias is added and forward
+  // | returns (Note [Overlapping the row-parallel allreduce], handout Task F; the tests
+  // | record the chunks and what cache.y holds at each issue).
+  const std::int64_t rows = x.numel() / in_;
+  const std::int64_t k = std::min<std::int64_t>(chunks_, rows);  // no empty chunk: k > N gives N chunks of one row
+  std::vector<Work> pending;
+  pending.reserve(static_cast<std::size_t>(k));
+  detail::dispatch_float(x.dtype(), "OverlappedRowParallelLinear::forward", [&](auto zero) {
+    using T = decltype(zero);
+    for (std::int64_t c = 0; c < k; ++c) {
+      // Rows [c N / k, (c + 1) N / k): sizes differ by at most one row.
+      const std::int64_t begin = c * rows / k, end = (c + 1) * rows / k;
+      T* y_chunk = cache.y.data<T>() + begin * out_;
+      // This chunk's rows of x_r W_r^T, straight into its rows of y ...
+      nn::gemm(false, true, end - begin, out_, in_, T{1}, x.data<T>() + begin * in_, in_, weight_.value.data<T>(),
+               in_, T{0}, y_chunk, out_);
+      // ... and their sum over the group goes onto the link while the next chunk is multiplied.
+      pending.push_back(tp_.allreduce(y_chunk, static_cast<std::size_t>((end - begin) * out_), x.dtype(),
+                                      ReduceOp::kSum));
+    }
+  });
+  for (Work& work : pending) work.wait();  // only the last chunk's allreduce should still be running
+  if (has_bias_) add_bias(cache.y, bias_.value);
+  return cache.y;
+  // END SOLUTION
+}
+
+}  // namespace dtl::lab08
