@@ -9,7 +9,11 @@
 // node (Note [Why TP stays inside a node]).
 //
 // Rows: <link>/T<T>, link in {mpi, NVLink4, 10GbE}; T = 1 is one process (its
-// collectives are over a group of one). The first T ranks form the group; the
+// collectives are over a group of one). <link>/T<T>/sp: the same GPT with sequence
+// parallelism (Note [Sequence parallelism]: the LayerNorm and residual regions on
+// S/T tokens of every sequence), its replicated gradients summed in the step.
+// SP/T<T>/vs-tp: the sequence-parallel step paired with the plain tensor-parallel
+// step, back to back on the same ranks (Open MPI, polling), their ratio per pair. The first T ranks form the group; the
 // others wait (`./dtl bench 08 -n 4` for T = 4: 4 ranks on 2 cores are
 // oversubscribed, so T = 4's compute is slower than it would be on 4 cores).
 // Columns: step (ms) median of the slowest rank; comm (ms) the median per step of
@@ -17,7 +21,10 @@
 // waits at once, so this is time on the critical path: the link, and waiting for
 // the slowest rank to arrive); link (ms) the alpha-beta model's time of the
 // recorded collectives on the emulated link (its share of comm); ops and MiB per
-// step (sum of OpInfo::total_bytes()); params (KiB) per rank (the memory tracker).
+// step (sum of OpInfo::total_bytes()); params (KiB) per rank (the memory tracker);
+// acts (KiB) the activation bytes (MemoryCategory::kActivations) the model and loss
+// hold per rank after a step (forward caches and backward buffers); SP/TP the
+// paired ratio of the SP/T<T>/vs-tp rows.
 //
 // Files, in $DTL_TRACE_OUT (./dtl bench sets build/bench-out):
 // lab08_trace_t<T>_<link>.json (T = min(world, 4), 10GbE and NVLink4): one step,
@@ -67,8 +74,10 @@ struct TpGpt {
   std::unique_ptr<lab08::VocabParallelCrossEntropy> loss;
   nn::Tensor x, y;
   std::int64_t param_bytes = 0;
+  bool sequence_parallel = false;
+  std::vector<nn::Parameter*> replicated;  // with sequence parallelism: LayerNorms, row-parallel biases
 
-  TpGpt(int T, const std::string& link) : sub(dtl::bench::first_ranks(T)) {
+  TpGpt(int T, const std::string& link, bool sp = false) : sub(dtl::bench::first_ranks(T)), sequence_parallel(sp) {
     if (sub.get() == MPI_COMM_NULL) return;
     if (link == "polling") {  // the graded row's backend (See Note [The graded row])
       backend = std::make_unique<dtl::MpiCommunicator>(sub, dtl::MpiMode::kPolling);
@@ -79,9 +88,15 @@ struct TpGpt {
     const std::int64_t before = nn::memory_tracker().current(nn::MemoryCategory::kParameters);
     {
       nn::Model full = nn::make_gpt(kVocab, kContext, kChannels, kHeads, kLayers, 7);
-      model = lab08::make_tensor_parallel_gpt(full, *record);
+      model = lab08::make_tensor_parallel_gpt(full, *record, sp);
     }  // each rank keeps its slices only
     param_bytes = nn::memory_tracker().current(nn::MemoryCategory::kParameters) - before;
+    for (nn::Parameter* p : model.parameters()) {
+      const std::string& n = p->name;
+      if (n.find(".ln.") != std::string::npos || n.find(".proj.bias") != std::string::npos || n.rfind("lnf.", 0) == 0) {
+        replicated.push_back(p);
+      }
+    }
     loss = std::make_unique<lab08::VocabParallelCrossEntropy>(*record, kVocab);
     x = nn::Tensor::zeros({kBatch, kContext}, nn::DType::kI32, nn::MemoryCategory::kOther);
     y = nn::Tensor::zeros({kBatch, kContext}, nn::DType::kI32, nn::MemoryCategory::kOther);
@@ -97,6 +112,7 @@ struct TpGpt {
     model.zero_grad();
     loss->forward(model.forward(x), y);
     model.backward(loss->backward());
+    if (sequence_parallel) lab08::allreduce_sequence_parallel_gradients(*record, replicated);
   }
   // Seconds from issue to completion of the collectives of the last step, summed.
   double comm_seconds() const {
@@ -146,10 +162,12 @@ void barrier() {
 
 bool g_teaching_rows_ran = false;  // the traces come with these rows only
 
-void tp_row(benchmark::State& state, int T, const std::string& link) {
+void tp_row(benchmark::State& state, int T, const std::string& link, bool sp) {
   g_teaching_rows_ran = true;
-  TpGpt gpt(T, link);
-  gpt.step();  // warm-up
+  const std::int64_t acts_before = nn::memory_tracker().current(nn::MemoryCategory::kActivations);
+  TpGpt gpt(T, link, sp);
+  gpt.step();  // warm-up: every activation buffer exists from here on, reused by each step
+  const double acts = static_cast<double>(nn::memory_tracker().current(nn::MemoryCategory::kActivations) - acts_before);
   std::vector<double> steps, comms;
   double ops = 0.0, bytes = 0.0, link_s = 0.0;
   for (auto _ : state) {
@@ -173,6 +191,22 @@ void tp_row(benchmark::State& state, int T, const std::string& link) {
   state.counters["ops"] = world_max(ops);
   state.counters["mib"] = world_max(bytes) / (1024.0 * 1024.0);
   state.counters["params"] = world_max(static_cast<double>(gpt.param_bytes)) / 1024.0;
+  state.counters["acts"] = world_max(acts) / 1024.0;
+}
+
+// Sequence parallelism against plain tensor parallelism, paired: the same GPT both ways
+// on the same T ranks, each step of one beside a step of the other (order alternating).
+// The ranks outside the group (T < world) time empty steps. Goal: ratio <= 1.05.
+void sp_vs_tp_row(benchmark::State& state, int T) {
+  TpGpt sp(T, "polling", true);
+  TpGpt tp(T, "polling", false);
+  sp.step();  // warm-up
+  tp.step();
+  dtl::bench::PairedTimer timer;
+  for (auto _ : state) state.SetIterationTime(timer.time_pair([&] { sp.step(); }, [&] { tp.step(); }));
+  state.counters["step_ms"] = timer.impl_median() * 1e3;
+  state.counters["tp_ms"] = timer.vendor_median() * 1e3;
+  state.counters["sp_ratio"] = timer.ratio_median();
 }
 
 void add(const std::string& name, std::function<void(benchmark::State&)> fn, int iterations) {
@@ -271,7 +305,18 @@ void register_rows() {
   for (const std::string link : {"mpi", "NVLink4", "10GbE"}) {
     for (int T : sizes) {
       if (T == 1 && link != "mpi") continue;  // a group of one sends nothing
-      add(link + "/T" + std::to_string(T), [T, link](benchmark::State& s) { tp_row(s, T, link); }, iterations);
+      add(link + "/T" + std::to_string(T), [T, link](benchmark::State& s) { tp_row(s, T, link, false); },
+          iterations);
+      if (T > 1) {
+        add(link + "/T" + std::to_string(T) + "/sp", [T, link](benchmark::State& s) { tp_row(s, T, link, true); },
+            iterations);
+      }
+    }
+  }
+  for (int T : sizes) {
+    if (T > 1) {
+      add("SP/T" + std::to_string(T) + "/vs-tp", [T](benchmark::State& s) { sp_vs_tp_row(s, T); },
+          quick ? 5 : 4 * iterations);
     }
   }
 }
@@ -324,7 +369,10 @@ const bool registered = [] {
                            {"link_ms", "link (ms)", "%10.3f"},
                            {"ops", "ops", "%5.0f"},
                            {"mib", "MiB/step", "%9.2f"},
-                           {"params", "params (KiB)", "%13.0f"}});
+                           {"params", "params (KiB)", "%13.0f"},
+                           {"acts", "acts (KiB)", "%10.0f"},
+                           {"tp_ms", "TP (ms)", "%10.2f"},
+                           {"sp_ratio", "SP/TP", "%8.3f"}});
   dtl::bench::at_start(register_rows);
   dtl::bench::at_finish(write_traces);
   return true;
