@@ -1,12 +1,12 @@
-"""Lab 08 end to end: `grade.py 08 --reference` gives 120 / 120 (100 public points,
-10 for speed and 10 example hidden ones) in 14 items, `--skeleton` gives 0 fast, every item saying
+"""Lab 08 end to end: `grade.py 08 --reference` gives 125 / 125 (100 public points,
+10 for speed and 15 example hidden ones) in 15 items, `--skeleton` gives 0 fast, every item saying
 what is not implemented yet; and a submission whose column-parallel layer forgets
 f's backward allreduce (each rank returns only its own term of dx) loses exactly
 the items built on that layer — the column layer itself, the communication count,
 the MLP and attention blocks, the GPT, the grid, both hidden items and the speed
 item (it counts only once the GPT is right) — and keeps the row-parallel layer, the
-vocabulary items, sequence parallelism (its own code path) and the refusals:
-45 / 120."""
+vocabulary items, sequence parallelism with its hidden item (its own code path) and
+the refusals: 50 / 125."""
 import shutil
 import sys
 import unittest
@@ -19,7 +19,7 @@ LAB_DIR = "08_tensor_parallel"
 REFERENCE = helpers.ROOT / "reference" / LAB_DIR / "src"
 
 # Items that need the column-parallel backward's allreduce (grader/rubrics/08.toml).
-LOSES = ("1. ", "3. ", "4. ", "5. ", "8. ", "10. ", "Hidden: ", "Speed: ")
+LOSES = ("1. ", "3. ", "4. ", "5. ", "8. ", "10. ", "Hidden: column", "Hidden: a tensor-parallel GPT", "Speed: ")
 
 
 class TestLab08Reference(helpers.GraderAssertions, unittest.TestCase):
@@ -42,7 +42,7 @@ class TestLab08Reference(helpers.GraderAssertions, unittest.TestCase):
         self.assertGreater(self.load_share, MIN_SHARE, "the load was not there")
 
     def test_full_marks(self):
-        self.assertReferenceFullMarks(self.graded, 120, items=14)  # 11 public + 1 speed + 2 example hidden items
+        self.assertReferenceFullMarks(self.graded, 125, items=15)  # 11 public + 1 speed + 3 example hidden items
 
 
 class TestLab08Skeleton(helpers.GraderAssertions, unittest.TestCase):
@@ -79,7 +79,7 @@ class TestLab08ForgottenAllreduce(helpers.GraderAssertions, unittest.TestCase):
         self.assertEqual(len(failing), 9, [t["name"] for t in failing])
         self.assertZero(failing)
         self.assertFullMarks(passing)
-        self.assertEqual(self.graded.json["score"], 45)
+        self.assertEqual(self.graded.json["score"], 50)
         column = next(t for t in tests if t["name"].startswith("1. "))
         # The failure names the rank, the element, expected against got.
         self.assertRegex(column["output"], r"rank \d+: dx, the sum over every rank's term .*\[\d+\] expected ")

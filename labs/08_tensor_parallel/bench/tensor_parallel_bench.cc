@@ -22,9 +22,9 @@
 // the slowest rank to arrive); link (ms) the alpha-beta model's time of the
 // recorded collectives on the emulated link (its share of comm); ops and MiB per
 // step (sum of OpInfo::total_bytes()); params (KiB) per rank (the memory tracker);
-// acts (KiB) the activation bytes (MemoryCategory::kActivations) the model and loss
-// hold per rank after a step (forward caches and backward buffers); SP/TP the
-// paired ratio of the SP/T<T>/vs-tp rows.
+// acts (KiB) the activation bytes (MemoryCategory::kActivations) the model's forward
+// keeps for backward, per rank (Note [Activation memory with sequence parallelism]);
+// TP (ms) and SP/TP: the plain TP step and the paired ratio of the SP/T<T>/vs-tp rows.
 //
 // Files, in $DTL_TRACE_OUT (./dtl bench sets build/bench-out):
 // lab08_trace_t<T>_<link>.json (T = min(world, 4), 10GbE and NVLink4): one step,
@@ -114,6 +114,18 @@ struct TpGpt {
     model.backward(loss->backward());
     if (sequence_parallel) lab08::allreduce_sequence_parallel_gradients(*record, replicated);
   }
+  // The activation bytes the model's forward keeps for backward (MemoryCategory::
+  // kActivations, this rank): its slot freed first, so every buffer is made anew.
+  std::int64_t forward_activation_bytes() {
+    if (!member()) return 0;
+    model.release_slot(0);
+    const std::int64_t before = nn::memory_tracker().current(nn::MemoryCategory::kActivations);
+    const nn::Tensor& logits = model.forward(x);
+    const std::int64_t bytes = nn::memory_tracker().current(nn::MemoryCategory::kActivations) - before;
+    loss->forward(logits, y);  // finish the step, so the next one starts as every step does
+    model.backward(loss->backward());
+    return bytes;
+  }
   // Seconds from issue to completion of the collectives of the last step, summed.
   double comm_seconds() const {
     double s = 0.0;
@@ -164,10 +176,9 @@ bool g_teaching_rows_ran = false;  // the traces come with these rows only
 
 void tp_row(benchmark::State& state, int T, const std::string& link, bool sp) {
   g_teaching_rows_ran = true;
-  const std::int64_t acts_before = nn::memory_tracker().current(nn::MemoryCategory::kActivations);
   TpGpt gpt(T, link, sp);
-  gpt.step();  // warm-up: every activation buffer exists from here on, reused by each step
-  const double acts = static_cast<double>(nn::memory_tracker().current(nn::MemoryCategory::kActivations) - acts_before);
+  gpt.step();  // warm-up
+  const auto acts = static_cast<double>(gpt.forward_activation_bytes());
   std::vector<double> steps, comms;
   double ops = 0.0, bytes = 0.0, link_s = 0.0;
   for (auto _ : state) {

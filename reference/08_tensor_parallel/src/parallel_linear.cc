@@ -84,7 +84,7 @@ void scatter_tokens(Communicator& tp, const nn::Tensor& whole, const nn::Tensor&
   tp.reduce_scatter(staging.raw(), mine.raw(), count, whole.dtype(), ReduceOp::kSum).wait();
 }
 
-// The shape of `t` with its sequence (the second-to-last dimension) multiplied by
+// `shape` with its sequence (the second-to-last dimension) multiplied by
 // `times` or divided by `over`.
 nn::Shape with_sequence(const nn::Shape& shape, std::int64_t times, std::int64_t over) {
   nn::Shape out = shape;
