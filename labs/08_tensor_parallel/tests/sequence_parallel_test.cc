@@ -67,6 +67,9 @@ TEST(SequenceParallel, MlpBlockEqualsTheUnsplitBlock) {
   check_sp_block(false, {2, 2, T, 3}, 6);    // (B1, B2, S, C): every dimension before S is a batch
 }
 
+// The MLP block works token by token, so it cannot tell rank order from sequence order
+// (a gather and a scatter that both skip the reorder undo each other); attention and the
+// GPT can: a token attends to the earlier tokens of its own sequence.
 TEST(SequenceParallel, AttentionBlockEqualsTheUnsplitBlock) {
   const int T = comm().size();
   check_sp_block(true, {2, T, 2 * T}, 4);      // one token of each sequence per rank
