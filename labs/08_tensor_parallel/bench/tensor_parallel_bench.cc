@@ -91,12 +91,7 @@ struct TpGpt {
       model = lab08::make_tensor_parallel_gpt(full, *record, sp);
     }  // each rank keeps its slices only
     param_bytes = nn::memory_tracker().current(nn::MemoryCategory::kParameters) - before;
-    for (nn::Parameter* p : model.parameters()) {
-      const std::string& n = p->name;
-      if (n.find(".ln.") != std::string::npos || n.find(".proj.bias") != std::string::npos || n.rfind("lnf.", 0) == 0) {
-        replicated.push_back(p);
-      }
-    }
+    if (sp) replicated = lab08::sequence_parallel_parameters(model);
     loss = std::make_unique<lab08::VocabParallelCrossEntropy>(*record, kVocab);
     x = nn::Tensor::zeros({kBatch, kContext}, nn::DType::kI32, nn::MemoryCategory::kOther);
     y = nn::Tensor::zeros({kBatch, kContext}, nn::DType::kI32, nn::MemoryCategory::kOther);

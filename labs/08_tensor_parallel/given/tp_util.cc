@@ -178,4 +178,31 @@ nn::Model make_tensor_parallel_gpt(nn::Model& full, Communicator& tp, bool seque
   return model;
 }
 
+namespace {
+
+// Adds the parameters of `layer` that see only this rank's tokens (Note [Sequence parallelism]).
+void add_split_region_parameters(nn::Layer& layer, std::vector<nn::Parameter*>& out) {
+  if (auto* ln = dynamic_cast<nn::LayerNorm*>(&layer)) {
+    for (nn::Parameter* p : ln->parameters()) out.push_back(p);
+  } else if (auto* row = dynamic_cast<RowParallelLinear*>(&layer)) {
+    if (row->bias().value.defined()) out.push_back(&row->bias());
+  } else if (auto* attention = dynamic_cast<ParallelSelfAttention*>(&layer)) {
+    add_split_region_parameters(attention->proj(), out);
+  } else if (auto* residual = dynamic_cast<nn::Residual*>(&layer)) {
+    add_split_region_parameters(residual->inner(), out);
+  } else if (auto* seq = dynamic_cast<nn::Sequential*>(&layer)) {
+    for (const auto& inner : seq->layers()) add_split_region_parameters(*inner, out);
+  }
+}
+
+}  // namespace
+
+std::vector<nn::Parameter*> sequence_parallel_parameters(nn::Model& model) {
+  std::vector<nn::Parameter*> out;
+  for (int u = 0; u < model.unit_count(); ++u) {
+    for (const auto& layer : model.unit(u).layers) add_split_region_parameters(*layer, out);
+  }
+  return out;
+}
+
 }  // namespace dtl::lab08

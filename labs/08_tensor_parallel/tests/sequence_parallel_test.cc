@@ -103,12 +103,17 @@ TEST(SequenceParallel, GptEqualsOneProcess) {
   constexpr int kSteps = 3;
   const GptShape shape = gpt_shape(T, 12);
   const Trained oracle = train_sequence_parallel(shape, nullptr, 12, kSteps, 2);  // S = 12: T = 1, 2, 3, 4 divide it
-  const Trained mine = train_sequence_parallel(shape, &tp.mpi, 12, kSteps, 2);
+  Trained mine = train_sequence_parallel(shape, &tp.mpi, 12, kSteps, 2);
   for (int step = 0; step < kSteps; ++step) {
     const double want = oracle.losses[static_cast<std::size_t>(step)];
     EXPECT_NEAR(mine.losses[static_cast<std::size_t>(step)], want, 1e-5 * (1.0 + want))
         << "rank " << r << ": the loss of step " << step << " of the sequence-parallel GPT (T = " << T << ")";
   }
+  // The given list of partial-gradient parameters is the test's own (by name).
+  std::vector<std::string> given, own;
+  for (const nn::Parameter* p : lab08::sequence_parallel_parameters(mine.model)) given.push_back(p->name);
+  for (const nn::Parameter* p : sequence_parallel_replicated(mine.model.parameters())) own.push_back(p->name);
+  EXPECT_EQ(given, own) << "rank " << r << ": sequence_parallel_parameters()";
   EXPECT_TRUE(params_match(oracle.model.parameters(), mine.model.parameters(), false, T, r,
                            "the sequence-parallel GPT after " + std::to_string(kSteps) + " steps at T = " +
                                std::to_string(T),

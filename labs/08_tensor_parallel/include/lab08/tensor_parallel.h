@@ -179,6 +179,17 @@ namespace dtl::lab08 {
 ///         forward, naming "x" and the tensor-parallel rank, if T does not divide the sequence.
 nn::Model make_tensor_parallel_gpt(nn::Model& full, Communicator& tp, bool sequence_parallel = false);
 
+/// @brief The parameters of a model whose gradients are partial with sequence parallelism (given):
+/// every LayerNorm's weight and bias and every row-parallel layer's bias, in forward order.
+///
+/// What a sequence-parallel GPT of make_tensor_parallel_gpt() passes to
+/// allreduce_sequence_parallel_gradients() after each backward. Found by the layers'
+/// types (LayerNorm, RowParallelLinear, ParallelSelfAttention's proj), inside Residual
+/// and Sequential layers.
+/// @param[in] model the model; its parameters are returned, not changed.
+/// @return pointers to the parameters, owned by the model.
+std::vector<nn::Parameter*> sequence_parallel_parameters(nn::Model& model);
+
 // ---------------------------------------------------------------------------
 // Task D: gradients across the tensor group (sequence_parallel.cc); TP x DP on lab 07's grid
 // ---------------------------------------------------------------------------
