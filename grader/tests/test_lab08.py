@@ -1,16 +1,16 @@
-"""Lab 08 end to end: `grade.py 08 --reference` gives 135 / 135 (110 public points,
-10 for speed and 15 example hidden ones) in 16 items, `--skeleton` gives 0 fast, every item saying
+"""Lab 08 end to end: `grade.py 08 --reference` gives 140 / 140 (110 public points,
+10 for speed and 20 example hidden ones) in 17 items, `--skeleton` gives 0 fast, every item saying
 what is not implemented yet; and a submission whose column-parallel layer forgets
 f's backward allreduce (each rank returns only its own term of dx) loses exactly
 the items built on that layer — the column layer itself, the communication count,
 the MLP and attention blocks, the GPT, the grid, the first two hidden items and the speed
 item (it counts only once the GPT is right) — and keeps the row-parallel layer, the
-vocabulary items, sequence parallelism (its own code path), the refusals and the
-overlapped row-parallel layer (task F, built from the test's own slices) with its
-hidden item: 60 / 135. An overlapped layer that computes the whole product first and
-only then issues the chunks' allreduces (right results, nothing overlapped) passes the
-equality tests and fails the chunk-order test (task F, in the kept tree, rebuilt into
-the student test program only)."""
+vocabulary items, sequence parallelism with its hidden item (its own code path), the
+refusals and the overlapped row-parallel layer (task F, built from the test's own
+slices) with its hidden item: 65 / 140. An overlapped layer that computes the whole
+product first and only then issues the chunks' allreduces (right results, nothing
+overlapped) passes the equality tests and fails the chunk-order test (task F, in the
+kept tree, rebuilt into the student test program only)."""
 import shutil
 import sys
 import unittest
@@ -67,7 +67,7 @@ class TestLab08Reference(helpers.GraderAssertions, unittest.TestCase):
         self.assertGreater(self.load_share, MIN_SHARE, "the load was not there")
 
     def test_full_marks(self):
-        self.assertReferenceFullMarks(self.graded, 135, items=16)  # 12 public + 1 speed + 3 example hidden items
+        self.assertReferenceFullMarks(self.graded, 140, items=17)  # 12 public + 1 speed + 4 example hidden items
 
     def test_all_gemms_first_loses_the_overlap_item(self):
         # In the kept tree: the fault rebuilt into the student test program only. Its
@@ -122,7 +122,7 @@ class TestLab08ForgottenAllreduce(helpers.GraderAssertions, unittest.TestCase):
         self.assertEqual(len(failing), 9, [t["name"] for t in failing])
         self.assertZero(failing)
         self.assertFullMarks(passing)
-        self.assertEqual(self.graded.json["score"], 60)
+        self.assertEqual(self.graded.json["score"], 65)
         column = next(t for t in tests if t["name"].startswith("1. "))
         # The failure names the rank, the element, expected against got.
         self.assertRegex(column["output"], r"rank \d+: dx, the sum over every rank's term .*\[\d+\] expected ")

@@ -1,8 +1,9 @@
 // Lab 08 hidden tests (an example set), at 5 and 6 ranks: every layer, block and
 // loss at T = 5 and 6 on other sizes (one feature, one head, one token per rank;
 // qkv groups; (B, S, C) inputs), their collectives and refusals; a GPT with a
-// vocabulary padded to a multiple of 60; sequence parallelism, in f64 and f32;
-// every grid of 5 and 6 ranks. Same oracles as the public tests (the unsplit harness layers, one
+// vocabulary padded to a multiple of 60; every grid of 5 and 6 ranks; sequence
+// parallelism along the sequence (blocks in f64 and f32, other shapes, a GPT,
+// activation memory, refusals). Same oracles as the public tests (the unsplit harness layers, one
 // process on the whole batch, the closed forms).
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -127,54 +128,7 @@ TEST(HiddenLayers, Refusals) {
                        "one row per rank"));
 }
 
-// Sequence parallelism in f32 (the public tests run it in f64 only): the MLP block
-// (C = T, one batch row per rank) and the attention block (T heads of two channels,
-// one head and two batch rows per rank), this rank's rows against the unsplit
-// f32 block; every sequence-parallel collective moves 4-byte elements; the
-// replicated parameters' f32 gradients summed over the group.
-TEST(HiddenModel, SequenceParallelInF32) {
-  Group tp(comm());
-  const int T = tp.size(), r = tp.rank();
-  for (bool attention : {false, true}) {
-    const nn::Shape shape = attention ? nn::Shape{2 * T, 3, 2 * T} : nn::Shape{T, 2, T};
-    const std::int64_t C = shape.back();
-    dtl::Rng rng(attention ? 91 : 92);
-    std::unique_ptr<nn::Layer> full =
-        attention ? nn::make_attention_block("sp", C, T, nn::DType::kF32, rng, 0.3, 0.3)
-                  : nn::make_mlp_block("sp", C, 4 * C, nn::Activation::kGELU, nn::DType::kF32, rng, 0.3, 0.3);
-    randomize(*full, 93);
-    auto parallel = attention ? lab08::make_parallel_attention_block(*full, tp.record, true)
-                              : lab08::make_parallel_mlp_block(*full, tp.record, true);
-    const std::string what = std::string(attention ? "f32 sequence-parallel attention" : "f32 sequence-parallel MLP") +
-                             " block, x " + nn::to_string(shape);
-    const nn::Tensor x = random_tensor(shape, 94, nn::DType::kF32), dy = random_tensor(shape, 95, nn::DType::kF32);
-    const nn::Tensor y_full = full->forward(x).clone(nn::MemoryCategory::kOther);
-    const nn::Tensor dx_full = full->backward(dy, {}).clone(nn::MemoryCategory::kOther);
-    tp.record.clear();
-    EXPECT_TRUE(close_to(values(rows_of(y_full, T, r)), values(parallel->forward(rows_of(x, T, r))), "y of the " + what,
-                         kF32Tol));
-    EXPECT_TRUE(close_to(values(rows_of(dx_full, T, r)), values(parallel->backward(rows_of(dy, T, r), {})),
-                         "dx of the " + what, kF32Tol));
-    const std::size_t per_rank = static_cast<std::size_t>(x.numel() / T);
-    EXPECT_TRUE(ops_are(tp.record,
-                        {CollectiveKind::kAllgather, CollectiveKind::kReduceScatter, CollectiveKind::kAllgather,
-                         CollectiveKind::kReduceScatter},
-                        {per_rank, per_rank, per_rank, per_rank}, what));
-    EXPECT_EQ(tp.record.bytes(CollectiveKind::kAllgather) + tp.record.bytes(CollectiveKind::kReduceScatter),
-              4 * static_cast<std::size_t>(x.numel()) * 4)
-        << "rank " << r << ": " << what << ": four collectives of N x C f32 elements (4 bytes each)";
-    std::vector<nn::Parameter*> shared;
-    for (nn::Parameter* p : parallel->parameters()) {
-      if (p->name.find(".ln.") != std::string::npos || p->name.find(".proj.bias") != std::string::npos) {
-        shared.push_back(p);
-      }
-    }
-    lab08::allreduce_sequence_parallel_gradients(tp.mpi, shared);
-    EXPECT_TRUE(grads_match(*full, *parallel, T, r, what, kF32Tol));
-  }
-}
-
-TEST(HiddenModel, GptSequenceParallelAndGrids) {
+TEST(HiddenModel, GptAndGrids) {
   const int W = comm().size(), w = comm().rank();
   {
     Group tp(comm());
@@ -184,26 +138,6 @@ TEST(HiddenModel, GptSequenceParallelAndGrids) {
     EXPECT_TRUE(params_match(oracle.model.parameters(), mine.model.parameters(), false, W, w,
                              "the GPT at T = " + std::to_string(W), kF32Tol));
     EXPECT_NEAR(mine.losses[1], oracle.losses[1], 1e-5 * (1 + oracle.losses[1]));
-  }
-  {
-    Group tp(comm());
-    dtl::Rng rng(12);
-    auto full = nn::make_mlp_block("b", 3, 2 * W, nn::Activation::kReLU, nn::DType::kF64, rng, 0.3, 0.3);
-    randomize(*full, 13);
-    auto parallel = lab08::make_parallel_mlp_block(*full, tp.record, true);
-    const nn::Tensor x = random_tensor({2 * W, 3}, 14), dy = random_tensor({2 * W, 3}, 15);
-    const nn::Tensor y_full = full->forward(x).clone(nn::MemoryCategory::kOther);
-    const nn::Tensor dx_full = full->backward(dy, {}).clone(nn::MemoryCategory::kOther);
-    EXPECT_TRUE(close_to(values(rows_of(y_full, W, w)), values(parallel->forward(rows_of(x, W, w))), "SP y"));
-    EXPECT_TRUE(close_to(values(rows_of(dx_full, W, w)), values(parallel->backward(rows_of(dy, W, w), {})), "SP dx"));
-    std::vector<nn::Parameter*> shared;
-    for (nn::Parameter* p : parallel->parameters()) {
-      if (p->name.find(".ln.") != std::string::npos || p->name.find(".proj.bias") != std::string::npos) {
-        shared.push_back(p);
-      }
-    }
-    lab08::allreduce_sequence_parallel_gradients(tp.mpi, shared);
-    EXPECT_TRUE(grads_match(*full, *parallel, W, w, "the sequence-parallel MLP block"));
   }
   for (int T = 1; T <= W; ++T) {
     if (W % T != 0) continue;
@@ -219,6 +153,114 @@ TEST(HiddenModel, GptSequenceParallelAndGrids) {
     EXPECT_TRUE(params_match(oracle.model.parameters(), mine.model.parameters(), false, T, grid.model_rank,
                              std::to_string(W / T) + " replicas x T = " + std::to_string(T), kF32Tol));
   }
+}
+
+// ---------------------------------------------------------------------------
+// Sequence parallelism along the sequence, at T = 5 and 6
+// ---------------------------------------------------------------------------
+
+// The public tests run sequence parallelism in f64 only: here the MLP block (C = T, one
+// token of each of 2 sequences per rank) and the attention block (T heads of two
+// channels, 3 sequences of 2T tokens), f32, this rank's tokens against the unsplit
+// block; every collective moves 4-byte elements; the replicated gradients summed.
+TEST(HiddenSequence, BlocksInF32) {
+  Group tp(comm());
+  const int T = tp.size(), r = tp.rank();
+  for (bool attention : {false, true}) {
+    const nn::Shape shape = attention ? nn::Shape{3, 2 * T, 2 * T} : nn::Shape{2, T, T};
+    const std::int64_t C = shape.back();
+    dtl::Rng rng(attention ? 91 : 92);
+    std::unique_ptr<nn::Layer> full =
+        attention ? nn::make_attention_block("sp", C, T, nn::DType::kF32, rng, 0.3, 0.3)
+                  : nn::make_mlp_block("sp", C, 4 * C, nn::Activation::kGELU, nn::DType::kF32, rng, 0.3, 0.3);
+    randomize(*full, 93);
+    auto parallel = attention ? lab08::make_parallel_attention_block(*full, tp.record, true)
+                              : lab08::make_parallel_mlp_block(*full, tp.record, true);
+    const std::string what = std::string(attention ? "f32 sequence-parallel attention" : "f32 sequence-parallel MLP") +
+                             " block, x " + nn::to_string(shape);
+    const nn::Tensor x = random_tensor(shape, 94, nn::DType::kF32), dy = random_tensor(shape, 95, nn::DType::kF32);
+    const nn::Tensor y_full = full->forward(x).clone(nn::MemoryCategory::kOther);
+    const nn::Tensor dx_full = full->backward(dy, {}).clone(nn::MemoryCategory::kOther);
+    tp.record.clear();
+    EXPECT_TRUE(close_to(values(tokens_of(y_full, T, r)), values(parallel->forward(tokens_of(x, T, r))),
+                         "y of the " + what, kF32Tol));
+    EXPECT_TRUE(close_to(values(tokens_of(dx_full, T, r)), values(parallel->backward(tokens_of(dy, T, r), {})),
+                         "dx of the " + what, kF32Tol));
+    const std::size_t per_rank = static_cast<std::size_t>(x.numel() / T);
+    EXPECT_TRUE(ops_are(tp.record,
+                        {CollectiveKind::kAllgather, CollectiveKind::kReduceScatter, CollectiveKind::kAllgather,
+                         CollectiveKind::kReduceScatter},
+                        {per_rank, per_rank, per_rank, per_rank}, what));
+    EXPECT_EQ(tp.record.bytes(CollectiveKind::kAllgather) + tp.record.bytes(CollectiveKind::kReduceScatter),
+              4 * static_cast<std::size_t>(x.numel()) * 4)
+        << "rank " << r << ": " << what << ": four collectives of N x C f32 elements (4 bytes each)";
+    lab08::allreduce_sequence_parallel_gradients(tp.mpi, sequence_parallel_replicated(parallel->parameters()));
+    EXPECT_TRUE(grads_match(*full, *parallel, T, r, what, kF32Tol));
+  }
+}
+
+// One sequence of 2T tokens (2-D input), a ReLU MLP with 3 channels (f64); then
+// (B1, B2, S, C) = (2, 3, T, 2): six sequences, one token of each per rank.
+TEST(HiddenSequence, MlpBlockOnOtherShapes) {
+  Group tp(comm());
+  const int T = tp.size(), r = tp.rank();
+  for (const nn::Shape& shape : {nn::Shape{2 * T, 3}, nn::Shape{2, 3, T, 2}}) {
+    dtl::Rng rng(12);
+    auto full = nn::make_mlp_block("b", shape.back(), 2 * T, nn::Activation::kReLU, nn::DType::kF64, rng, 0.3, 0.3);
+    randomize(*full, 13);
+    auto parallel = lab08::make_parallel_mlp_block(*full, tp.record, true);
+    const nn::Tensor x = random_tensor(shape, 14), dy = random_tensor(shape, 15);
+    const nn::Tensor y_full = full->forward(x).clone(nn::MemoryCategory::kOther);
+    const nn::Tensor dx_full = full->backward(dy, {}).clone(nn::MemoryCategory::kOther);
+    const std::string what = "the sequence-parallel MLP block, x " + nn::to_string(shape);
+    EXPECT_TRUE(close_to(values(tokens_of(y_full, T, r)), values(parallel->forward(tokens_of(x, T, r))), "y of " + what));
+    EXPECT_TRUE(close_to(values(tokens_of(dx_full, T, r)), values(parallel->backward(tokens_of(dy, T, r), {})),
+                         "dx of " + what));
+    lab08::allreduce_sequence_parallel_gradients(tp.mpi, sequence_parallel_replicated(parallel->parameters()));
+    EXPECT_TRUE(grads_match(*full, *parallel, T, r, what));
+  }
+}
+
+// A sequence-parallel GPT with sequences of 30 tokens (T = 5 and 6 divide 30), its
+// vocabulary padded to a multiple of 60, two steps against one process.
+TEST(HiddenSequence, GptEqualsOneProcess) {
+  Group tp(comm());
+  const int T = tp.size(), r = tp.rank();
+  const GptShape shape = gpt_shape(T, 60);
+  const Trained oracle = train_sequence_parallel(shape, nullptr, 30, 2, 3);
+  const Trained mine = train_sequence_parallel(shape, &tp.mpi, 30, 2, 3);
+  EXPECT_NEAR(mine.losses[1], oracle.losses[1], 1e-5 * (1 + oracle.losses[1])) << "rank " << r;
+  EXPECT_TRUE(params_match(oracle.model.parameters(), mine.model.parameters(), false, T, r,
+                           "the sequence-parallel GPT at T = " + std::to_string(T), kF32Tol));
+}
+
+// The split regions' activation bytes at T = 5 and 6, exactly: the MLP block on
+// (B, S, C) = (3, T, 30), one token of each sequence per rank, f64.
+TEST(HiddenSequence, ActivationMemory) {
+  Group tp(comm());
+  const int T = tp.size(), r = tp.rank();
+  const std::int64_t B = 3, S = T, C = 30, n = B * S / T;
+  dtl::Rng rng(41);
+  auto full = nn::make_mlp_block("m", C, 4 * C, nn::Activation::kGELU, nn::DType::kF64, rng, 0.3, 0.3);
+  auto sp = lab08::make_parallel_mlp_block(*full, tp.mpi, true);
+  const nn::Tensor x = random_tensor({B, S, C}, 42);
+  const BlockActivations got = measure_activations(*sp, tokens_of(x, T, r));
+  EXPECT_EQ(got.split(), 8 * n * (2 * C + 2)) << "rank " << r << ": LayerNorm and residual on n = N/T tokens";
+  EXPECT_EQ(got.inner, 8 * (B * S * C + 2 * (B * S * 4 * C / T) + B * S * C + n * C)) << "rank " << r;
+}
+
+// Sequences T does not divide (T + 1 tokens), refused by the row-parallel layer on
+// every rank before any collective, naming x and the tensor-parallel rank.
+TEST(HiddenSequence, RefusesUnevenSequences) {
+  Group tp(comm());
+  const int T = tp.size(), r = tp.rank();
+  auto full = random_linear("proj", T, 2, true, 1);
+  lab08::ParallelOptions sp;
+  sp.sequence_parallel = true;
+  lab08::RowParallelLinear row(*full, tp.mpi, sp);
+  EXPECT_TRUE(refused([&] { row.forward(random_tensor({2, T + 1, 1}, 2)); }, {"'x'", tp_rank_words(r, T)},
+                      "sequences of T + 1 tokens on rank " + std::to_string(r)));
+  EXPECT_EQ(row.forward(random_tensor({2, 3 * T, 1}, 2)).shape(), (nn::Shape{2, 3, 2}));
 }
 
 }  // namespace

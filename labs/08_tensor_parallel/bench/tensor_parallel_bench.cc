@@ -9,7 +9,11 @@
 // node (Note [Why TP stays inside a node]).
 //
 // Rows: <link>/T<T>, link in {mpi, NVLink4, 10GbE}; T = 1 is one process (its
-// collectives are over a group of one). The first T ranks form the group; the
+// collectives are over a group of one). <link>/T<T>/sp: the same GPT with sequence
+// parallelism (Note [Sequence parallelism]: the LayerNorm and residual regions on
+// S/T tokens of every sequence), its replicated gradients summed in the step.
+// SP/T<T>/vs-tp: the sequence-parallel step paired with the plain tensor-parallel
+// step, back to back on the same ranks (Open MPI, polling), their ratio per pair. The first T ranks form the group; the
 // others wait (`./dtl bench 08 -n 4` for T = 4: 4 ranks on 2 cores are
 // oversubscribed, so T = 4's compute is slower than it would be on 4 cores).
 // Columns: step (ms) median of the slowest rank; comm (ms) the median per step of
@@ -17,7 +21,10 @@
 // waits at once, so this is time on the critical path: the link, and waiting for
 // the slowest rank to arrive); link (ms) the alpha-beta model's time of the
 // recorded collectives on the emulated link (its share of comm); ops and MiB per
-// step (sum of OpInfo::total_bytes()); params (KiB) per rank (the memory tracker).
+// step (sum of OpInfo::total_bytes()); params (KiB) per rank (the memory tracker);
+// acts (KiB) the activation bytes (MemoryCategory::kActivations) the model's forward
+// keeps for backward, per rank (Note [Activation memory with sequence parallelism]);
+// TP (ms) and SP/TP: the plain TP step and the paired ratio of the SP/T<T>/vs-tp rows.
 //
 // Rows Overlap/<link>/T<T>/k<k> (task F; See Note [Overlapping the row-parallel
 // allreduce] in lab08/overlapped_linear.h): the GPT's MLP output projection alone
@@ -83,8 +90,10 @@ struct TpGpt {
   std::unique_ptr<lab08::VocabParallelCrossEntropy> loss;
   nn::Tensor x, y;
   std::int64_t param_bytes = 0;
+  bool sequence_parallel = false;
+  std::vector<nn::Parameter*> replicated;  // with sequence parallelism: LayerNorms, row-parallel biases
 
-  TpGpt(int T, const std::string& link) : sub(dtl::bench::first_ranks(T)) {
+  TpGpt(int T, const std::string& link, bool sp = false) : sub(dtl::bench::first_ranks(T)), sequence_parallel(sp) {
     if (sub.get() == MPI_COMM_NULL) return;
     if (link == "polling") {  // the graded row's backend (See Note [The graded row])
       backend = std::make_unique<dtl::MpiCommunicator>(sub, dtl::MpiMode::kPolling);
@@ -95,9 +104,10 @@ struct TpGpt {
     const std::int64_t before = nn::memory_tracker().current(nn::MemoryCategory::kParameters);
     {
       nn::Model full = nn::make_gpt(kVocab, kContext, kChannels, kHeads, kLayers, 7);
-      model = lab08::make_tensor_parallel_gpt(full, *record);
+      model = lab08::make_tensor_parallel_gpt(full, *record, sp);
     }  // each rank keeps its slices only
     param_bytes = nn::memory_tracker().current(nn::MemoryCategory::kParameters) - before;
+    if (sp) replicated = lab08::sequence_parallel_parameters(model);
     loss = std::make_unique<lab08::VocabParallelCrossEntropy>(*record, kVocab);
     x = nn::Tensor::zeros({kBatch, kContext}, nn::DType::kI32, nn::MemoryCategory::kOther);
     y = nn::Tensor::zeros({kBatch, kContext}, nn::DType::kI32, nn::MemoryCategory::kOther);
@@ -113,6 +123,19 @@ struct TpGpt {
     model.zero_grad();
     loss->forward(model.forward(x), y);
     model.backward(loss->backward());
+    if (sequence_parallel) lab08::allreduce_sequence_parallel_gradients(*record, replicated);
+  }
+  // The activation bytes the model's forward keeps for backward (MemoryCategory::
+  // kActivations, this rank): its slot freed first, so every buffer is made anew.
+  std::int64_t forward_activation_bytes() {
+    if (!member()) return 0;
+    model.release_slot(0);
+    const std::int64_t before = nn::memory_tracker().current(nn::MemoryCategory::kActivations);
+    const nn::Tensor& logits = model.forward(x);
+    const std::int64_t bytes = nn::memory_tracker().current(nn::MemoryCategory::kActivations) - before;
+    loss->forward(logits, y);  // finish the step, so the next one starts as every step does
+    model.backward(loss->backward());
+    return bytes;
   }
   // Seconds from issue to completion of the collectives of the last step, summed.
   double comm_seconds() const {
@@ -162,10 +185,11 @@ void barrier() {
 
 bool g_teaching_rows_ran = false;  // the traces come with these rows only
 
-void tp_row(benchmark::State& state, int T, const std::string& link) {
+void tp_row(benchmark::State& state, int T, const std::string& link, bool sp) {
   g_teaching_rows_ran = true;
-  TpGpt gpt(T, link);
+  TpGpt gpt(T, link, sp);
   gpt.step();  // warm-up
+  const auto acts = static_cast<double>(gpt.forward_activation_bytes());
   std::vector<double> steps, comms;
   double ops = 0.0, bytes = 0.0, link_s = 0.0;
   for (auto _ : state) {
@@ -189,6 +213,22 @@ void tp_row(benchmark::State& state, int T, const std::string& link) {
   state.counters["ops"] = world_max(ops);
   state.counters["mib"] = world_max(bytes) / (1024.0 * 1024.0);
   state.counters["params"] = world_max(static_cast<double>(gpt.param_bytes)) / 1024.0;
+  state.counters["acts"] = world_max(acts) / 1024.0;
+}
+
+// Sequence parallelism against plain tensor parallelism, paired: the same GPT both ways
+// on the same T ranks, each step of one beside a step of the other (order alternating).
+// The ranks outside the group (T < world) time empty steps. Goal: ratio <= 1.05.
+void sp_vs_tp_row(benchmark::State& state, int T) {
+  TpGpt sp(T, "polling", true);
+  TpGpt tp(T, "polling", false);
+  sp.step();  // warm-up
+  tp.step();
+  dtl::bench::PairedTimer timer;
+  for (auto _ : state) state.SetIterationTime(timer.time_pair([&] { sp.step(); }, [&] { tp.step(); }));
+  state.counters["step_ms"] = timer.impl_median() * 1e3;
+  state.counters["tp_ms"] = timer.vendor_median() * 1e3;
+  state.counters["sp_ratio"] = timer.ratio_median();
 }
 
 // ---------------------------------------------------------------------------
@@ -469,7 +509,18 @@ void register_rows() {
   for (const std::string link : {"mpi", "NVLink4", "10GbE"}) {
     for (int T : sizes) {
       if (T == 1 && link != "mpi") continue;  // a group of one sends nothing
-      add(link + "/T" + std::to_string(T), [T, link](benchmark::State& s) { tp_row(s, T, link); }, iterations);
+      add(link + "/T" + std::to_string(T), [T, link](benchmark::State& s) { tp_row(s, T, link, false); },
+          iterations);
+      if (T > 1) {
+        add(link + "/T" + std::to_string(T) + "/sp", [T, link](benchmark::State& s) { tp_row(s, T, link, true); },
+            iterations);
+      }
+    }
+  }
+  for (int T : sizes) {
+    if (T > 1) {
+      add("SP/T" + std::to_string(T) + "/vs-tp", [T](benchmark::State& s) { sp_vs_tp_row(s, T); },
+          quick ? 5 : 4 * iterations);
     }
   }
   // 1GbE: a link the GEMM cannot cover (a chunk's allreduce outlasts a chunk's GEMM),
@@ -540,7 +591,10 @@ const bool registered = [] {
                            {"hidden", "hidden (%)", "%10.0f"},
                            {"bound", "bound (%)", "%10.0f"},
                            {"wall_hidden", "waited (%)", "%10.0f"},
-                           {"diff", "diff", "%9.1e"}});
+                           {"diff", "diff", "%9.1e"},
+                           {"acts", "acts (KiB)", "%10.0f"},
+                           {"tp_ms", "TP (ms)", "%10.2f"},
+                           {"sp_ratio", "SP/TP", "%8.3f"}});
   dtl::bench::at_start(register_rows);
   dtl::bench::at_finish(write_traces);
   return true;

@@ -40,12 +40,17 @@ std::int64_t row_local_in(nn::Linear& full, Communicator& tp, const ParallelOpti
       .size;
 }
 
-void require_rows(const nn::Tensor& t, std::int64_t rows_multiple, const std::string& layer, const char* argument) {
-  DTL_REQUIRE_ARG(t.defined() && t.ndim() >= 1 && t.dim(0) % rows_multiple == 0, (layer + ".forward").c_str(),
-                  argument,
-                  "has shape " + (t.defined() ? nn::to_string(t.shape()) : std::string("(undefined)")) +
-                      "; with sequence parallelism its first dimension must be a multiple of the " +
-                      std::to_string(rows_multiple) + " tensor-parallel ranks");
+void require_sequence(const nn::Tensor& t, Communicator& tp, const std::string& layer, const char* argument) {
+  const std::string function = layer + ".forward";
+  DTL_REQUIRE_ARG(t.defined(), function.c_str(), argument, "is undefined");
+  sequence_shard(t.shape(), tp.world_size(), tp.rank(), function.c_str(), argument);
+}
+
+void ensure_staging(nn::Tensor& t, const nn::Shape& shape, nn::DType dtype) {
+  if (!t.defined() || t.shape() != shape || t.dtype() != dtype) {
+    t = nn::Tensor();  // free the old buffer first, so the peak never holds both
+    t = nn::Tensor::zeros(shape, dtype, nn::MemoryCategory::kCommunication);
+  }
 }
 
 void add_bias(const nn::Tensor& y, const nn::Tensor& b) {
@@ -83,7 +88,7 @@ std::int64_t local_heads(nn::CausalSelfAttention& full, Communicator& tp) {
 
 nn::Shape ColumnParallelLinear::output_shape(const nn::Shape& input) const {
   nn::Shape out = local_.output_shape(input);
-  if (options_.sequence_parallel && !out.empty()) out[0] *= tp_.world_size();
+  if (options_.sequence_parallel && out.size() >= 2) out[out.size() - 2] *= tp_.world_size();  // whole sequences
   return out;
 }
 
@@ -106,10 +111,8 @@ std::vector<nn::Parameter*> RowParallelLinear::parameters() {
 nn::Shape RowParallelLinear::output_shape(const nn::Shape& input) const {
   nn::Shape out = local_.output_shape(input);
   if (options_.sequence_parallel) {
-    DTL_REQUIRE_ARG(out[0] % tp_.world_size() == 0, (name_ + ".output_shape").c_str(), "input",
-                    "has " + std::to_string(out[0]) + " rows, not divisible by the " +
-                        std::to_string(tp_.world_size()) + " tensor-parallel ranks");
-    out[0] /= tp_.world_size();
+    const std::string function = name_ + ".output_shape";
+    out[out.size() - 2] = sequence_shard(out, tp_.world_size(), tp_.rank(), function.c_str(), "input").tokens.size;
   }
   return out;
 }

@@ -27,9 +27,15 @@ std::int64_t column_local_out(nn::Linear& full, Communicator& tp, const Parallel
 /// @throws dtl::InvalidArgument if options.groups != 1 or T does not divide the input features.
 std::int64_t row_local_in(nn::Linear& full, Communicator& tp, const ParallelOptions& options);
 
-/// With sequence parallelism, dimension 0 is split across the group: it must divide.
-/// @throws dtl::InvalidArgument naming `layer`.forward and `argument` otherwise.
-void require_rows(const nn::Tensor& t, std::int64_t rows_multiple, const std::string& layer, const char* argument);
+/// With sequence parallelism, the sequence (the second-to-last dimension) of `t` is split
+/// across the group: T must divide it (sequence_shard()).
+/// @throws dtl::InvalidArgument naming `layer`.forward, `argument` and the tensor-parallel rank otherwise.
+void require_sequence(const nn::Tensor& t, Communicator& tp, const std::string& layer, const char* argument);
+
+/// Makes `t` a buffer of this shape and dtype charged to MemoryCategory::kCommunication:
+/// a collective's input or output in rank order, which exists only for the collective
+/// (Note [Sequence parallelism]). A buffer of the right shape is reused, not zeroed.
+void ensure_staging(nn::Tensor& t, const nn::Shape& shape, nn::DType dtype);
 
 /// y (N, out) += b (out), row by row (f32 or f64).
 void add_bias(const nn::Tensor& y, const nn::Tensor& b);

@@ -9,12 +9,15 @@
 //     ColumnParallel      -                       allreduce dx       (f)
 //     RowParallel         allreduce y             -                  (g)
 //     ... with sequence parallelism (See Note [Sequence parallelism]):
-//     ColumnParallel      all-gather x's rows     reduce-scatter dx
-//     RowParallel         reduce-scatter y        all-gather dy's rows
+//     ColumnParallel      all-gather x's tokens   reduce-scatter dx
+//     RowParallel         reduce-scatter y        all-gather dy's tokens
 //
-// Rows are the first dimension and tensors are contiguous, so "the rows of every
-// rank, in rank order" is exactly the Communicator's allgather (block r = rank
-// r's buffer) and "this rank's rows of the sum" its reduce_scatter.
+// With sequence parallelism a rank holds its S/T tokens of every sequence
+// (sequence_shard()), while the collectives deal in blocks in rank order: the
+// all-gather's block q is rank q's tokens of all B sequences, and block q of the
+// reduce-scatter's input is what rank q gets. The activations between the pairs
+// are whole sequences in (B, S, C) order, so the blocks are reordered on the way in
+// and out (unless B = 1 or T = 1, where rank order already is sequence order).
 #include <string>
 #include <utility>
 
@@ -25,6 +28,10 @@
 namespace dtl::lab08 {
 
 namespace detail = nn::detail;  // ensure(), notify(), require_grad(), dispatch_float()
+
+// TODO(student): Helpers of your own for the sequence-parallel blocks, if you want them: the
+//   collectives see blocks in rank order, the layers whole sequences in (B, S, C)
+//   order (Note [Sequence parallelism]).
 
 // ---------------------------------------------------------------------------
 // ColumnParallelLinear
@@ -53,10 +60,14 @@ const nn::Tensor& ColumnParallelLinear::forward(const nn::Tensor& x) {
     throw dtl::NotImplemented("ColumnParallelLinear::forward");
   }
   detail::require_input(x, local_.weight().value.dtype(), in_, name_, "x");
+  DTL_REQUIRE_ARG(x.ndim() >= 2, (name_ + ".forward").c_str(), "x",
+                  "has shape " + nn::to_string(x.shape()) + "; with sequence parallelism it is (..., S/T, in)");
   Cache& cache = caches_.at(slot_);
   // TODO(student): Sequence parallelism (Note [Sequence parallelism], handout Task D): x holds this rank's
-  //   rows only (dimension 0); return this rank's output features for every rank's rows, with
-  //   one all-gather into cache.gathered (made with detail::ensure()).
+  //   tokens of every sequence, (B, S/T, in); return this rank's output features for the
+  //   whole sequences, (B, S, out/T) in sequence order, with one all-gather; keep the whole
+  //   input in cache.gathered (made with detail::ensure()), a buffer in rank order in
+  //   cache.staging (ensure_staging()).
   throw dtl::NotImplemented("ColumnParallelLinear::forward_sp");
 }
 
@@ -67,10 +78,9 @@ const nn::Tensor& ColumnParallelLinear::backward(const nn::Tensor& dy, const nn:
     throw dtl::NotImplemented("ColumnParallelLinear::backward");
   }
   Cache& cache = caches_.at(slot_);
-  // TODO(student): Sequence parallelism: accumulate dW and db and return dL/dx for this rank's own rows
-  //   only (first dimension 1/T of the local dx, in cache.dx), complete (summed over every
-  //   rank's contribution), with one collective (Note [Sequence parallelism], handout Task
-  //   D).
+  // TODO(student): Sequence parallelism: accumulate dW and db and return dL/dx for this rank's tokens of
+  //   every sequence only, (B, S/T, in) in cache.dx, complete (summed over every rank's
+  //   contribution), with one collective (Note [Sequence parallelism], handout Task D).
   throw dtl::NotImplemented("ColumnParallelLinear::backward_sp");
 }
 
@@ -103,9 +113,10 @@ const nn::Tensor& RowParallelLinear::forward(const nn::Tensor& x) {
     //   detail::ensure()).
     throw dtl::NotImplemented("RowParallelLinear::forward");
   }
-  require_rows(x, tp_.world_size(), name_, "x");
-  // TODO(student): Sequence parallelism: return this rank's 1/T of y's rows (cache.y), complete and with
-  //   the bias, with one collective (Note [Sequence parallelism], handout Task D).
+  require_sequence(x, tp_, name_, "x");
+  // TODO(student): Sequence parallelism: x is (B, S, in/T) for the whole sequences; return this rank's
+  //   tokens of every sequence of y, (B, S/T, out) in cache.y, complete and with the bias,
+  //   with one collective (Note [Sequence parallelism], handout Task D).
   throw dtl::NotImplemented("RowParallelLinear::forward_sp");
 }
 
@@ -118,9 +129,10 @@ const nn::Tensor& RowParallelLinear::backward(const nn::Tensor& dy, const nn::Gr
     //   and g]); no communication.
     throw dtl::NotImplemented("RowParallelLinear::backward");
   }
-  // TODO(student): Sequence parallelism: dy holds this rank's rows only. Accumulate this rank's part of db
-  //   (completed later by allreduce_sequence_parallel_gradients(); announce it) and dW, and
-  //   return this rank's slice of dL/dx for every rank's rows, with one collective into
+  // TODO(student): Sequence parallelism: dy holds this rank's tokens of every sequence, (B, S/T, out).
+  //   Accumulate this rank's part of db (completed later by
+  //   allreduce_sequence_parallel_gradients(); announce it) and dW, and return this rank's
+  //   slice of dL/dx for the whole sequences, (B, S, in/T), with one collective into
   //   cache.gathered (Note [Sequence parallelism], handout Task D).
   throw dtl::NotImplemented("RowParallelLinear::backward_sp");
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -100,5 +101,60 @@ inline Trained train_parallel(dtl::Communicator& tp, const GptShape& s, std::uin
 }
 
 inline constexpr double kF32Tol = 1e-4;  // with close_to(): 1e-4 (1 + |want|)
+
+/// The parameters used on split tokens with sequence parallelism: every LayerNorm and
+/// row-parallel bias (the test's own list, by name).
+inline std::vector<nn::Parameter*> sequence_parallel_replicated(const std::vector<nn::Parameter*>& params) {
+  std::vector<nn::Parameter*> out;
+  for (nn::Parameter* p : params) {
+    const std::string& n = p->name;
+    if (n.find(".ln.") != std::string::npos || n.find(".proj.bias") != std::string::npos ||
+        n.rfind("lnf.", 0) == 0) {
+      out.push_back(p);
+    }
+  }
+  return out;
+}
+
+/// Step `step`'s batch of `global` windows of `S` tokens of the corpus.
+inline Batch sequence_batch(int step, std::int64_t global, std::int64_t S) {
+  Batch b;
+  b.x = nn::Tensor::zeros({global, S}, nn::DType::kI32, nn::MemoryCategory::kActivations);
+  b.y = nn::Tensor::zeros({global, S}, nn::DType::kI32, nn::MemoryCategory::kActivations);
+  dtl::data::copy_windows(corpus(), step * global, S, b.x.span<std::int32_t>(), b.y.span<std::int32_t>());
+  return b;
+}
+
+/// A GPT with context S trained `steps` SGD steps on sequences of S tokens: in one
+/// process (tp == nullptr, the oracle) or tensor- and sequence-parallel over `tp`
+/// (make_tensor_parallel_gpt(..., true)), the replicated parameters' partial gradients
+/// summed with allreduce_sequence_parallel_gradients() before each step.
+inline Trained train_sequence_parallel(const GptShape& s, dtl::Communicator* tp, std::int64_t S, int steps,
+                                       std::int64_t global) {
+  nn::Model full = nn::make_gpt(s.vocab, S, s.channels, s.heads, s.layers, 21);
+  Trained t{tp == nullptr ? std::move(full) : lab08::make_tensor_parallel_gpt(full, *tp, true), {}};
+  const nn::Tensor values_flat = t.model.flatten_values();
+  const nn::Tensor grads_flat = t.model.flatten_grads();
+  nn::Sgd sgd(kSgd, values_flat.numel());
+  nn::SoftmaxCrossEntropy ce;
+  std::unique_ptr<lab08::VocabParallelCrossEntropy> vce;
+  if (tp != nullptr) vce = std::make_unique<lab08::VocabParallelCrossEntropy>(*tp, s.vocab);
+  const std::vector<nn::Parameter*> shared = sequence_parallel_replicated(t.model.parameters());
+  for (int step = 0; step < steps; ++step) {
+    const Batch b = sequence_batch(step, global, S);
+    t.model.zero_grad();
+    if (tp == nullptr) {
+      t.losses.push_back(ce.forward(t.model.forward(b.x), b.y));
+      t.model.backward(ce.backward());
+    } else {
+      t.losses.push_back(vce->forward(t.model.forward(b.x), b.y));
+      t.model.backward(vce->backward());
+      lab08::allreduce_sequence_parallel_gradients(*tp, shared);
+    }
+    sgd.step(values_flat.span<float>(), grads_flat.span<float>());
+  }
+  return t;
+}
+
 
 }  // namespace lab08_test

@@ -135,13 +135,56 @@ inline nn::Tensor tensor_of(const nn::Shape& shape, const std::vector<double>& v
   return nn::Tensor::from_values(shape, v, dtype, nn::MemoryCategory::kOther);
 }
 
-/// Rows [r n0/T, (r+1) n0/T) of dimension 0 (sequence parallelism's split).
-inline nn::Tensor rows_of(const nn::Tensor& t, int parts, int r) {
+/// Sequence parallelism's split, the test's own: of a tensor (..., S, C), tokens
+/// [r S/T, (r+1) S/T) of every sequence, (..., S/T, C). A 2-D tensor is one sequence.
+inline nn::Tensor tokens_of(const nn::Tensor& t, int parts, int r) {
   nn::Shape shape = t.shape();
-  shape[0] /= parts;
-  const std::int64_t n = nn::shape_numel(shape);
+  const std::int64_t S = shape[shape.size() - 2], C = shape.back();
+  const std::int64_t B = t.numel() / (S * C), mine = S / parts;
+  shape[shape.size() - 2] = mine;
   const std::vector<double> all = values(t);
-  return tensor_of(shape, std::vector<double>(all.begin() + r * n, all.begin() + (r + 1) * n), t.dtype());
+  std::vector<double> out;
+  for (std::int64_t b = 0; b < B; ++b) {
+    const auto first = all.begin() + (b * S + r * mine) * C;
+    out.insert(out.end(), first, first + mine * C);
+  }
+  return tensor_of(shape, out, t.dtype());
+}
+
+/// The activation bytes (MemoryCategory::kActivations) a block of Residual(Sequential(LayerNorm,
+/// ...)) holds after its forward in slot 0, layer by layer.
+struct BlockActivations {
+  std::int64_t layer_norm = 0;  // split region: y, mean, rstd
+  std::int64_t inner = 0;       // the column/row pair and what lies between
+  std::int64_t residual = 0;    // split region: x + f(x)
+  std::int64_t split() const { return layer_norm + residual; }
+  std::int64_t total() const { return layer_norm + inner + residual; }
+};
+
+/// Runs the block's forward and then frees its slot layer by layer, last first (so
+/// no later layer still holds a handle on an earlier one's output), reading the
+/// tracker's activation bytes around each release. Also checks the forward's total.
+inline BlockActivations measure_activations(nn::Layer& block, const nn::Tensor& x) {
+  auto& tracker = nn::memory_tracker();
+  auto current = [&] { return tracker.current(nn::MemoryCategory::kActivations); };
+  auto* residual = dynamic_cast<nn::Residual*>(&block);
+  auto* seq = residual == nullptr ? nullptr : dynamic_cast<nn::Sequential*>(&residual->inner());
+  if (seq == nullptr) throw dtl::InvalidArgument("measure: the block is not a Residual around a Sequential");
+  const std::int64_t before = current();
+  block.forward(x);
+  const std::int64_t after = current();
+  BlockActivations a;
+  const auto& layers = seq->layers();
+  for (std::size_t i = layers.size(); i-- > 0;) {
+    const std::int64_t held = current();
+    layers[i]->release_slot(0);
+    (i == 0 ? a.layer_norm : a.inner) += held - current();
+  }
+  const std::int64_t held = current();
+  block.release_slot(0);
+  a.residual = held - current();
+  EXPECT_EQ(after - before, a.total()) << "rank " << comm().rank() << ": the forward's activation bytes";
+  return a;
 }
 
 // ---------------------------------------------------------------------------

@@ -9,12 +9,15 @@
 //     ColumnParallel      -                       allreduce dx       (f)
 //     RowParallel         allreduce y             -                  (g)
 //     ... with sequence parallelism (See Note [Sequence parallelism]):
-//     ColumnParallel      all-gather x's rows     reduce-scatter dx
-//     RowParallel         reduce-scatter y        all-gather dy's rows
+//     ColumnParallel      all-gather x's tokens   reduce-scatter dx
+//     RowParallel         reduce-scatter y        all-gather dy's tokens
 //
-// Rows are the first dimension and tensors are contiguous, so "the rows of every
-// rank, in rank order" is exactly the Communicator's allgather (block r = rank
-// r's buffer) and "this rank's rows of the sum" its reduce_scatter.
+// With sequence parallelism a rank holds its S/T tokens of every sequence
+// (sequence_shard()), while the collectives deal in blocks in rank order: the
+// all-gather's block q is rank q's tokens of all B sequences, and block q of the
+// reduce-scatter's input is what rank q gets. The activations between the pairs
+// are whole sequences in (B, S, C) order, so the blocks are reordered on the way in
+// and out (unless B = 1 or T = 1, where rank order already is sequence order).
 #include <string>
 #include <utility>
 
@@ -25,6 +28,72 @@
 namespace dtl::lab08 {
 
 namespace detail = nn::detail;  // ensure(), notify(), require_grad(), dispatch_float()
+
+// BEGIN SOLUTION
+// | Helpers of your own for the sequence-parallel blocks, if you want them: the
+// | collectives see blocks in rank order, the layers whole sequences in (B, S, C)
+// | order (Note [Sequence parallelism]).
+namespace {
+
+// Whether a tensor split along its sequence, as `whole` is, has every rank's tokens
+// as one contiguous block in rank order (one sequence, or a group of one).
+bool rank_order_is_sequence_order(const nn::Tensor& whole, int parts) {
+  return parts == 1 || sequence_shard(whole.shape(), parts, 0, "sequence parallelism", "whole").sequences == 1;
+}
+
+// Between `staging` (T blocks in rank order; block q holds rank q's tokens of every
+// sequence) and `whole` (B, S, C) in sequence order, in the direction `to_whole` says.
+void reorder(const nn::Tensor& staging, const nn::Tensor& whole, int parts, bool to_whole) {
+  for (int q = 0; q < parts; ++q) {
+    const SequenceShard s = sequence_shard(whole.shape(), parts, q, "sequence parallelism", "whole");
+    const std::int64_t piece = s.tokens.size * s.token;  // rank q's tokens of one sequence
+    for (std::int64_t b = 0; b < s.sequences; ++b) {
+      const nn::Tensor block = staging.view((q * s.sequences + b) * piece, {piece});
+      const nn::Tensor tokens = whole.view((b * s.length + s.tokens.begin) * s.token, {piece});
+      if (to_whole) {
+        tokens.copy_from(block);
+      } else {
+        block.copy_from(tokens);
+      }
+    }
+  }
+}
+
+// whole (B, S, C) = every rank's `mine` (B, S/T, C), in sequence order: one all-gather.
+void gather_tokens(Communicator& tp, const nn::Tensor& mine, const nn::Tensor& whole, nn::Tensor& staging) {
+  const auto count = static_cast<std::size_t>(mine.numel());
+  if (rank_order_is_sequence_order(whole, tp.world_size())) {
+    tp.allgather(mine.raw(), whole.raw(), count, mine.dtype()).wait();
+    return;
+  }
+  ensure_staging(staging, {whole.numel()}, whole.dtype());
+  tp.allgather(mine.raw(), staging.raw(), count, mine.dtype()).wait();
+  reorder(staging, whole, tp.world_size(), /*to_whole=*/true);
+}
+
+// mine (B, S/T, C) = this rank's tokens of the sum over the group of `whole` (B, S, C):
+// one reduce-scatter.
+void scatter_tokens(Communicator& tp, const nn::Tensor& whole, const nn::Tensor& mine, nn::Tensor& staging) {
+  const auto count = static_cast<std::size_t>(mine.numel());
+  if (rank_order_is_sequence_order(whole, tp.world_size())) {
+    tp.reduce_scatter(whole.raw(), mine.raw(), count, whole.dtype(), ReduceOp::kSum).wait();
+    return;
+  }
+  ensure_staging(staging, {whole.numel()}, whole.dtype());
+  reorder(staging, whole, tp.world_size(), /*to_whole=*/false);
+  tp.reduce_scatter(staging.raw(), mine.raw(), count, whole.dtype(), ReduceOp::kSum).wait();
+}
+
+// `shape` with its sequence (the second-to-last dimension) multiplied by
+// `times` or divided by `over`.
+nn::Shape with_sequence(const nn::Shape& shape, std::int64_t times, std::int64_t over) {
+  nn::Shape out = shape;
+  out[out.size() - 2] = out[out.size() - 2] * times / over;
+  return out;
+}
+
+}  // namespace
+// END SOLUTION
 
 // ---------------------------------------------------------------------------
 // ColumnParallelLinear
@@ -66,15 +135,17 @@ const nn::Tensor& ColumnParallelLinear::forward(const nn::Tensor& x) {
     // END SOLUTION
   }
   detail::require_input(x, local_.weight().value.dtype(), in_, name_, "x");
+  DTL_REQUIRE_ARG(x.ndim() >= 2, (name_ + ".forward").c_str(), "x",
+                  "has shape " + nn::to_string(x.shape()) + "; with sequence parallelism it is (..., S/T, in)");
   Cache& cache = caches_.at(slot_);
   // BEGIN SOLUTION(ColumnParallelLinear::forward_sp)
   // | Sequence parallelism (Note [Sequence parallelism], handout Task D): x holds this rank's
-  // | rows only (dimension 0); return this rank's output features for every rank's rows, with
-  // | one all-gather into cache.gathered (made with detail::ensure()).
-  nn::Shape all = x.shape();
-  all[0] *= tp_.world_size();
-  detail::ensure(cache.gathered, all, x.dtype());
-  tp_.allgather(x.raw(), cache.gathered.raw(), static_cast<std::size_t>(x.numel()), x.dtype()).wait();
+  // | tokens of every sequence, (B, S/T, in); return this rank's output features for the
+  // | whole sequences, (B, S, out/T) in sequence order, with one all-gather; keep the whole
+  // | input in cache.gathered (made with detail::ensure()), a buffer in rank order in
+  // | cache.staging (ensure_staging()).
+  detail::ensure(cache.gathered, with_sequence(x.shape(), tp_.world_size(), 1), x.dtype());
+  gather_tokens(tp_, x, cache.gathered, cache.staging);
   return local_.forward(cache.gathered);
   // END SOLUTION
 }
@@ -91,17 +162,12 @@ const nn::Tensor& ColumnParallelLinear::backward(const nn::Tensor& dy, const nn:
   }
   Cache& cache = caches_.at(slot_);
   // BEGIN SOLUTION(ColumnParallelLinear::backward_sp)
-  // | Sequence parallelism: accumulate dW and db and return dL/dx for this rank's own rows
-  // | only (first dimension 1/T of the local dx, in cache.dx), complete (summed over every
-  // | rank's contribution), with one collective (Note [Sequence parallelism], handout Task
-  // | D).
+  // | Sequence parallelism: accumulate dW and db and return dL/dx for this rank's tokens of
+  // | every sequence only, (B, S/T, in) in cache.dx, complete (summed over every rank's
+  // | contribution), with one collective (Note [Sequence parallelism], handout Task D).
   const nn::Tensor& dx_all = local_.backward(dy, grad_ready);
-  nn::Shape mine = dx_all.shape();
-  mine[0] /= tp_.world_size();
-  detail::ensure(cache.dx, mine, dx_all.dtype());
-  tp_.reduce_scatter(dx_all.raw(), cache.dx.raw(), static_cast<std::size_t>(cache.dx.numel()),
-                     dx_all.dtype(), ReduceOp::kSum)
-      .wait();
+  detail::ensure(cache.dx, with_sequence(dx_all.shape(), 1, tp_.world_size()), dx_all.dtype());
+  scatter_tokens(tp_, dx_all, cache.dx, cache.staging);
   return cache.dx;
   // END SOLUTION
 }
@@ -151,17 +217,14 @@ const nn::Tensor& RowParallelLinear::forward(const nn::Tensor& x) {
     return cache.y;
     // END SOLUTION
   }
-  require_rows(x, tp_.world_size(), name_, "x");
+  require_sequence(x, tp_, name_, "x");
   // BEGIN SOLUTION(RowParallelLinear::forward_sp)
-  // | Sequence parallelism: return this rank's 1/T of y's rows (cache.y), complete and with
-  // | the bias, with one collective (Note [Sequence parallelism], handout Task D).
+  // | Sequence parallelism: x is (B, S, in/T) for the whole sequences; return this rank's
+  // | tokens of every sequence of y, (B, S/T, out) in cache.y, complete and with the bias,
+  // | with one collective (Note [Sequence parallelism], handout Task D).
   const nn::Tensor& term = local_.forward(x);
-  nn::Shape mine = term.shape();
-  mine[0] /= tp_.world_size();
-  detail::ensure(cache.y, mine, term.dtype());
-  tp_.reduce_scatter(term.raw(), cache.y.raw(), static_cast<std::size_t>(cache.y.numel()), term.dtype(),
-                     ReduceOp::kSum)
-      .wait();
+  detail::ensure(cache.y, with_sequence(term.shape(), 1, tp_.world_size()), term.dtype());
+  scatter_tokens(tp_, term, cache.y, cache.staging);
   if (has_bias_) add_bias(cache.y, bias_.value);
   return cache.y;
   // END SOLUTION
@@ -183,18 +246,17 @@ const nn::Tensor& RowParallelLinear::backward(const nn::Tensor& dy, const nn::Gr
     // END SOLUTION
   }
   // BEGIN SOLUTION(RowParallelLinear::backward_sp)
-  // | Sequence parallelism: dy holds this rank's rows only. Accumulate this rank's part of db
-  // | (completed later by allreduce_sequence_parallel_gradients(); announce it) and dW, and
-  // | return this rank's slice of dL/dx for every rank's rows, with one collective into
+  // | Sequence parallelism: dy holds this rank's tokens of every sequence, (B, S/T, out).
+  // | Accumulate this rank's part of db (completed later by
+  // | allreduce_sequence_parallel_gradients(); announce it) and dW, and return this rank's
+  // | slice of dL/dx for the whole sequences, (B, S, in/T), with one collective into
   // | cache.gathered (Note [Sequence parallelism], handout Task D).
   if (has_bias_) {
     add_bias_grad(bias_.grad, dy);
     detail::notify(grad_ready, bias_);
   }
-  nn::Shape all = dy.shape();
-  all[0] *= tp_.world_size();
-  detail::ensure(cache.gathered, all, dy.dtype());
-  tp_.allgather(dy.raw(), cache.gathered.raw(), static_cast<std::size_t>(dy.numel()), dy.dtype()).wait();
+  detail::ensure(cache.gathered, with_sequence(dy.shape(), tp_.world_size(), 1), dy.dtype());
+  gather_tokens(tp_, dy, cache.gathered, cache.staging);
   return local_.backward(cache.gathered, grad_ready);
   // END SOLUTION
 }

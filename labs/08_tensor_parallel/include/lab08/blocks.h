@@ -43,7 +43,8 @@ namespace dtl::lab08 {
 /// attention core on this rank's NH/T heads (nn::attention_core_forward()) ->
 /// (B, T, C/T) -> proj row-parallel -> y (B, T, C). One allreduce forward
 /// (proj's), one backward (qkv's). With sequence parallelism x and y are this
-/// rank's rows (dimension 0, here the batch).
+/// rank's tokens of every sequence, (B, S/T, C); the core still sees whole
+/// sequences, which qkv's all-gather puts back in order (Note [Sequence parallelism]).
 class ParallelSelfAttention : public nn::Layer {
  public:
   /// @brief This rank's heads of `full`.
@@ -104,7 +105,7 @@ class ParallelSelfAttention : public nn::Layer {
 /// backward. Names are the full block's.
 /// @param[in] full a block made by nn::make_mlp_block() (a Residual around LayerNorm, Linear, ReLU or GELU, Linear).
 /// @param[in] tp the tensor-parallel group; must outlive the block.
-/// @param[in] sequence_parallel see Note [Sequence parallelism]: x and y are this rank's rows.
+/// @param[in] sequence_parallel see Note [Sequence parallelism]: x and y are this rank's tokens of every sequence.
 /// @return the block.
 /// @throws dtl::InvalidArgument naming "full" if it is not such a block, or a size is not divisible by T.
 std::unique_ptr<nn::Layer> make_parallel_mlp_block(nn::Layer& full, Communicator& tp, bool sequence_parallel = false);

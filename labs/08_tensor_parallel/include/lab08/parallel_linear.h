@@ -87,25 +87,37 @@ namespace dtl::lab08 {
 // Between the pairs (LayerNorm, dropout, the residual adds) plain tensor
 // parallelism computes the same thing on every rank, on the whole activation:
 // T copies of the work and of the memory. Sequence parallelism (Korthikanti et
-// al., 2022) splits those regions by rows instead: each rank keeps 1/T of the
-// rows (dimension 0 of the activation). Entering a column-parallel layer, an
-// all-gather collects the rows; leaving a row-parallel layer, a reduce-scatter
-// both sums the partial results and hands each rank its rows:
+// al., 2022) splits those regions along the sequence instead: of every sequence
+// of S tokens, rank r keeps tokens [r S/T, (r+1) S/T), so an activation
+// (B, S, C) is (B, S/T, C) on each rank. The sequence is the second-to-last
+// dimension: (B, S, C), or (S, C) for one sequence. sequence_shard() (given) is
+// the one place that says which tokens a rank holds. Entering a column-parallel
+// layer, an all-gather collects every rank's tokens; leaving a row-parallel
+// layer, a reduce-scatter both sums the partial results and hands each rank
+// its tokens:
 //
 //                      forward           backward
 //     enter (column)   all-gather x      reduce-scatter dx     (replaces f)
 //     leave (row)      reduce-scatter y  all-gather dy         (replaces g)
 //
+// The layers in between (the GELU, attention) see whole sequences, in (B, S, C)
+// order: attention needs every earlier token of a sequence. The collectives
+// work on rank-ordered blocks (block r of an all-gather is rank r's buffer;
+// block r of a reduce-scatter's input is what rank r receives, summed), and for
+// B > 1 rank r's tokens are not one contiguous block of (B, S, C): B pieces of
+// S/T tokens, one per sequence. So the blocks are reordered on the way in and
+// on the way out. The buffer a collective reads or writes in rank order exists
+// only for the collective: charge it to MemoryCategory::kCommunication
+// (ensure_staging(), given), never to activations.
+//
 // An allreduce *is* a reduce-scatter followed by an all-gather (lab 03), so the
 // bytes on the wire are the same as without sequence parallelism; what is saved
-// is the activation memory and the work of the row-wise regions, by T.
-// Megatron lays activations out as (T, B, C), so dimension 0 is the sequence;
-// our layers take (B, T, C) or (N, C), so here dimension 0 is the batch or the
-// flattened rows. For row-wise operations it is the same: only which rows go
-// together changes.
+// is the activation memory and the work of the split regions, by T exactly (the
+// tests measure it: Note [Activation memory with sequence parallelism] in
+// lab08/tensor_parallel.h).
 //
 // The catch: a parameter used in the split region (LayerNorm's weight and bias,
-// a row-parallel layer's bias) now sees only this rank's rows in backward. Its
+// a row-parallel layer's bias) now sees only this rank's tokens in backward. Its
 // gradient on each rank is a partial sum; allreduce_sequence_parallel_gradients()
 // adds the partial sums over the tensor-parallel group before the optimizer step.
 
@@ -136,6 +148,33 @@ struct ShardRange {
 ShardRange shard_range(std::int64_t size, int parts, int index, const char* function, const char* argument,
                        const std::string& what);
 
+/// @brief Which tokens of every sequence a rank holds with sequence parallelism (given).
+///
+/// A tensor of shape (..., S, C) holds `sequences` = the product of the dimensions
+/// before S (1 for a 2-D tensor), each of S tokens of `token` = C elements; rank
+/// `index` of `parts` holds tokens [tokens.begin, tokens.begin + tokens.size) of every
+/// sequence (Note [Sequence parallelism]).
+struct SequenceShard {
+  std::int64_t sequences = 0;  ///< B: the sequences of the full tensor
+  std::int64_t length = 0;     ///< S: the tokens of each whole sequence
+  std::int64_t token = 0;      ///< C: the elements of one token
+  ShardRange tokens;           ///< this rank's tokens of each sequence: [r S/T, (r+1) S/T)
+};
+
+/// @brief Rank `index`'s tokens of a tensor of shape `full` split along its sequence (given).
+///
+/// The one place a rank is mapped to its tokens (Note [Sequence parallelism]).
+/// @param[in] full the shape of the whole tensor, (..., S, C), at least 2 dimensions.
+/// @param[in] parts T >= 1.
+/// @param[in] index r in [0, T).
+/// @param[in] function named in the error, e.g. "RowParallelLinear.forward".
+/// @param[in] argument named in the error, e.g. "x".
+/// @return the sequences, their length, the token size and this rank's tokens.
+/// @throws dtl::InvalidArgument naming function, argument, the shape, T and the
+///         tensor-parallel rank, if the shape has fewer than 2 dimensions or T does not divide S.
+SequenceShard sequence_shard(const nn::Shape& full, int parts, int index, const char* function,
+                             const char* argument);
+
 /// @brief A copy of a LayerNorm, for every rank (given): replicated layers are copied whole.
 /// @param[in] full the layer.
 /// @return a new LayerNorm with the same name, weight and bias.
@@ -158,18 +197,25 @@ struct ParallelOptions {
   /// blocks, each split T ways (ColumnParallelLinear only; 1 for an ordinary layer, 3 for qkv).
   int groups = 1;
   /// Note [Sequence parallelism]: the layer's input (column) or output (row) is
-  /// split by rows (dimension 0) across the group instead of replicated.
+  /// split along the sequence (the second-to-last dimension) across the group instead
+  /// of replicated.
   bool sequence_parallel = false;
 };
 
 /// @brief A Linear layer whose weight is split by output features (Note [Tensor parallelism]).
 ///
-/// x (N..., in) is the whole input on every rank (with sequence parallelism: this
-/// rank's rows, (n0/T, ..., in), gathered first). y (N..., out/T) is this rank's
+/// x (N..., in) is the whole input on every rank. y (N..., out/T) is this rank's
 /// slice of the output features: with groups = g, piece r of each of the g
-/// blocks of out/g features. Forward: no communication (all-gather of x with
-/// sequence parallelism). Backward: dW_r, b_r as a Linear's; dx = allreduce over
-/// the group of dy_r W_r (reduce-scatter with sequence parallelism).
+/// blocks of out/g features. Forward: no communication. Backward: dW_r, b_r as a
+/// Linear's; dx = allreduce over the group of dy_r W_r.
+///
+/// With sequence parallelism (Note [Sequence parallelism]) x is this rank's tokens
+/// of every sequence, (B, S/T, in) (sequence_shard()); y is this rank's output
+/// features for every token of the whole sequences, (B, S, out/T), in sequence
+/// order; forward all-gathers x into cache.gathered (B, S, in), the activation it
+/// keeps for backward; backward returns dx for this rank's tokens only, (B, S/T, in),
+/// summed over the group (a reduce-scatter). Buffers in rank order are
+/// kCommunication (ensure_staging()).
 ///
 /// Collective over `tp` in backward (and, with sequence parallelism, in forward):
 /// every rank of the group calls them together.
@@ -185,7 +231,7 @@ class ColumnParallelLinear : public nn::Layer {
   /// @brief "ColumnParallelLinear".
   /// @return the kind.
   std::string kind() const override { return "ColumnParallelLinear"; }
-  /// @brief y_r (N..., out/T) from x (N..., in) (with sequence parallelism, x is (n0/T, ..., in)).
+  /// @brief y_r (N..., out/T) from x (N..., in) (with sequence parallelism, x is (B, S/T, in), y (B, S, out/T)).
   /// @param[in] x the input.
   /// @return this rank's output features.
   const nn::Tensor& forward(const nn::Tensor& x) override;
@@ -197,7 +243,7 @@ class ColumnParallelLinear : public nn::Layer {
   /// @brief weight (out/T, in), then bias (out/T) if any.
   /// @return the parameters.
   std::vector<nn::Parameter*> parameters() override { return local_.parameters(); }
-  /// @brief (N..., in) -> (N..., out/T); with sequence parallelism (n0, ..., in) -> (n0 T, ..., out/T).
+  /// @brief (N..., in) -> (N..., out/T); with sequence parallelism (..., S/T, in) -> (..., S, out/T).
   /// @param[in] input the input shape.
   /// @return the output shape.
   nn::Shape output_shape(const nn::Shape& input) const override;
@@ -213,8 +259,9 @@ class ColumnParallelLinear : public nn::Layer {
 
  private:
   struct Cache {
-    nn::Tensor gathered;  // sequence parallelism: x with every rank's rows
-    nn::Tensor dx;        // sequence parallelism: this rank's rows of dx
+    nn::Tensor gathered;  // sequence parallelism: x with every rank's tokens, (B, S, in)
+    nn::Tensor dx;        // sequence parallelism: this rank's tokens of dx, (B, S/T, in)
+    nn::Tensor staging;   // sequence parallelism: a collective's buffer in rank order (kCommunication)
   };
   Communicator& tp_;
   ParallelOptions options_;
@@ -227,10 +274,14 @@ class ColumnParallelLinear : public nn::Layer {
 ///
 /// x_r (N..., in/T) is this rank's slice of the input features (the output of a
 /// column-parallel layer). y (N..., out) = allreduce over the group of x_r W_r^T,
-/// plus the whole bias, which every rank holds (with sequence parallelism: a
-/// reduce-scatter instead, y is this rank's rows (N/T, ..., out)). Backward: dx_r =
-/// dy W_r, dW_r = dy^T x_r, db = sum of dy: no communication (with sequence
-/// parallelism: dy's rows are all-gathered first, and db covers this rank's rows only).
+/// plus the whole bias, which every rank holds. Backward: dx_r = dy W_r,
+/// dW_r = dy^T x_r, db = sum of dy: no communication.
+///
+/// With sequence parallelism (Note [Sequence parallelism]) x_r is (B, S, in/T) as
+/// before, and y is this rank's tokens of every sequence, (B, S/T, out), summed over
+/// the group (a reduce-scatter) plus the bias, in cache.y; dy is (B, S/T, out) and is
+/// all-gathered into cache.gathered (B, S, out) in sequence order; db covers this
+/// rank's tokens only. Buffers in rank order are kCommunication (ensure_staging()).
 ///
 /// Collective over `tp` in forward (and, with sequence parallelism, in backward).
 class RowParallelLinear : public nn::Layer {
@@ -257,7 +308,7 @@ class RowParallelLinear : public nn::Layer {
   /// @brief weight (out, in/T), then bias (out) if any.
   /// @return the parameters.
   std::vector<nn::Parameter*> parameters() override;
-  /// @brief (N..., in/T) -> (N..., out); with sequence parallelism (n0, ...) -> (n0/T, ..., out).
+  /// @brief (N..., in/T) -> (N..., out); with sequence parallelism (..., S, in/T) -> (..., S/T, out).
   /// @param[in] input the input shape.
   /// @return the output shape.
   nn::Shape output_shape(const nn::Shape& input) const override;
@@ -273,8 +324,9 @@ class RowParallelLinear : public nn::Layer {
 
  private:
   struct Cache {
-    nn::Tensor y;         // the reduced output (plus bias)
-    nn::Tensor gathered;  // sequence parallelism: dy with every rank's rows
+    nn::Tensor y;         // the reduced output (plus bias); with sequence parallelism (B, S/T, out)
+    nn::Tensor gathered;  // sequence parallelism: dy with every rank's tokens, (B, S, out)
+    nn::Tensor staging;   // sequence parallelism: a collective's buffer in rank order (kCommunication)
   };
   Communicator& tp_;
   ParallelOptions options_;

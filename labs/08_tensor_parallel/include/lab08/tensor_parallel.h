@@ -23,8 +23,8 @@
 ///     VocabParallelCrossEntropy);
 ///   - Task D (the sequence_parallel branches of task A, and sequence_parallel.cc's
 ///     allreduce_sequence_parallel_gradients()): sequence parallelism, where the
-///     LayerNorm/dropout regions keep 1/T of the rows and each allreduce becomes
-///     a reduce-scatter plus an all-gather;
+///     LayerNorm/dropout regions keep S/T tokens of every sequence and each
+///     allreduce becomes a reduce-scatter plus an all-gather;
 ///   - TP x DP: tensor parallel inside a group of T consecutive ranks, data
 ///     parallel across the groups, on lab 07's grid (lab07/grid.h: your lab-07
 ///     make_grid() with T as the model size, and allreduce_data_parallel_gradients();
@@ -32,6 +32,7 @@
 ///
 /// and, given (labs/08_tensor_parallel/given/, compiled into both builds, not yours to edit):
 ///   - tp_util.cc   shard_range() (the one place a size is split and refused),
+///                  sequence_shard() (the one place a rank's tokens are chosen),
 ///                  round_up(), and make_tensor_parallel_gpt(), which builds a
 ///                  GPT's tensor-parallel copy from your layers and blocks;
 ///   - layer_helpers.{h,cc}  the layers' size checks, bias helpers, output shapes,
@@ -40,11 +41,13 @@
 /// The API is in four headers, one concept each; this one includes the others:
 ///   - lab08/parallel_linear.h  task A (and D's layer half): Note [Tensor
 ///                  parallelism], Note [f and g], Note [Splitting a fused
-///                  projection], Note [Sequence parallelism]; the given size splitting;
+///                  projection], Note [Sequence parallelism]; the given size splitting
+///                  and sequence_shard(), the one map from a rank to its tokens;
 ///   - lab08/blocks.h           task B: Note [Heads split];
 ///   - lab08/vocab_parallel.h   task C: Note [Vocabulary parallel];
 ///   - lab08/tensor_parallel.h  (this one) the whole model: Note [Communication and
-///                  memory per layer], Note [TP x DP], Note [Why TP stays inside a
+///                  memory per layer], Note [Activation memory with sequence
+///                  parallelism], Note [TP x DP], Note [Why TP stays inside a
 ///                  node], the given tensor-parallel GPT, and task D's gradients.
 /// The handout and the slides refer to the notes by name.
 ///
@@ -85,7 +88,8 @@ namespace dtl::lab08 {
 //   VocabParallelEmbedding     allreduce N C       -                    V C / T
 //   VocabParallelCrossEntropy  all-gather N, allreduce 2N (f64)  -      -
 //   with sequence parallelism: each allreduce of n bytes becomes an all-gather
-//   and a reduce-scatter of n bytes each (one in forward, one in backward).
+//   and a reduce-scatter of n bytes each (one in forward, one in backward); the
+//   activations: Note [Activation memory with sequence parallelism].
 //
 // The counts hold for every T, T = 1 included (a collective over a group of one
 // is a copy): the tests compare the recorded operations with this table exactly.
@@ -93,6 +97,27 @@ namespace dtl::lab08 {
 // 4 N C elements per block per step, whatever T is, on the critical path.
 // With the ring (lab 03) each rank sends 2 (T-1)/T of each; the time is
 // 4 * 2 (T-1)/T * 4 N C / bandwidth per block. See Note [Why TP stays inside a node].
+
+// Note [Activation memory with sequence parallelism]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Activation bytes a block holds per rank after its forward, e bytes per element,
+// N = B S tokens, n = N/T, C channels, NH heads (the tests measure every line with
+// the memory tracker, MemoryCategory::kActivations, exactly):
+//
+//                            plain TP              with sequence parallelism
+//   LayerNorm (y, mean, rstd) N (C + 2)            n (C + 2)           split region
+//   residual sum x + f(x)     N C                  n C                 split region
+//   column layer              N o/T                N C + N o/T         (+ the gathered input)
+//   row layer                 N C + N C            N C + n C           (local product, output)
+//   between: MLP GELU         N 4C/T               N 4C/T
+//            attention core   B NH/T S^2 + N C/T   the same
+//
+// (o = 4C for the MLP's fc, 3C for qkv.) The split regions hold exactly 1/T of plain
+// TP's bytes. The whole block holds less than plain TP but more than 1/T of it: this
+// lab keeps the gathered input of each column layer for its backward, and the local
+// product of the row layer; Megatron keeps only this rank's tokens of the input and
+// gathers them again in backward, which is how Korthikanti et al. reach 1/T for the
+// whole layer. The buffers a collective uses in rank order are kCommunication.
 
 // Note [TP x DP]
 // ~~~~~~~~~~~~~~
@@ -137,12 +162,33 @@ namespace dtl::lab08 {
 /// positional embedding; "block i" = make_parallel_attention_block() and
 /// make_parallel_mlp_block() of the full blocks; "head" = a copy of the final
 /// LayerNorm and the output layer as a ColumnParallelLinear, whose output is this
-/// rank's (B, T, V/T) logits for VocabParallelCrossEntropy. No sequence parallelism.
+/// rank's (B, S, V/T) logits for VocabParallelCrossEntropy.
+///
+/// With sequence parallelism (Note [Sequence parallelism]) "embed" ends with a layer
+/// that keeps this rank's tokens of every sequence (its backward sums the ranks'
+/// gradients, each in its own tokens, into the whole dL/dx); the blocks are
+/// sequence-parallel, the final LayerNorm runs on this rank's tokens, and the head's
+/// column-parallel layer gathers them back: the logits are (B, S, V/T) as without.
+/// The parameters whose gradients are then partial (every LayerNorm, the row-parallel
+/// biases) go through allreduce_sequence_parallel_gradients() before the step.
 /// @param[in] full the whole GPT (f32 or f64), the same on every rank; read, not changed.
 /// @param[in] tp the tensor-parallel group; must outlive the model.
+/// @param[in] sequence_parallel split the LayerNorm and residual regions along the sequence.
 /// @return this rank's model.
-/// @throws dtl::InvalidArgument if T does not divide V, C or the heads (from the layers).
-nn::Model make_tensor_parallel_gpt(nn::Model& full, Communicator& tp);
+/// @throws dtl::InvalidArgument if T does not divide V, C or the heads (from the layers); in
+///         forward, naming "x" and the tensor-parallel rank, if T does not divide the sequence.
+nn::Model make_tensor_parallel_gpt(nn::Model& full, Communicator& tp, bool sequence_parallel = false);
+
+/// @brief The parameters of a model whose gradients are partial with sequence parallelism (given):
+/// every LayerNorm's weight and bias and every row-parallel layer's bias, in forward order.
+///
+/// What a sequence-parallel GPT of make_tensor_parallel_gpt() passes to
+/// allreduce_sequence_parallel_gradients() after each backward. Found by the layers'
+/// types (LayerNorm, RowParallelLinear, ParallelSelfAttention's proj), inside Residual
+/// and Sequential layers.
+/// @param[in] model the model; its parameters are returned, not changed.
+/// @return pointers to the parameters, owned by the model.
+std::vector<nn::Parameter*> sequence_parallel_parameters(nn::Model& model);
 
 // ---------------------------------------------------------------------------
 // Task D: gradients across the tensor group (sequence_parallel.cc); TP x DP on lab 07's grid
