@@ -66,7 +66,9 @@ inline void check_overlapped(const nn::Shape& lead, std::int64_t in, std::int64_
   const std::vector<nn::Parameter*> params = layer->parameters();
   EXPECT_TRUE(close_to(column_slice(full.weight().grad, T, r), values(params[0]->grad),
                        "this rank's columns of dW (" + what + ")", tol));
-  if (bias) EXPECT_TRUE(close_to(values(full.bias().grad), values(params[1]->grad), "db (" + what + ")", tol));
+  if (bias) {
+    EXPECT_TRUE(close_to(values(full.bias().grad), values(params[1]->grad), "db (" + what + ")", tol));
+  }
 }
 
 inline nn::Tensor random_of(const nn::Shape& shape, std::uint64_t seed) { return random_tensor(shape, seed); }
