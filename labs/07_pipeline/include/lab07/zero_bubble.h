@@ -35,8 +35,9 @@ namespace dtl::lab07 {
 //     and dy); we count it as a whole micro-batch until W(i), which only
 //     overstates ZB-H1's memory;
 //   - the bubble drops to (P - 1)(t_F + t_B - t_W) per stage (the paper's
-//     section 3.1, for m >= P and t_W <= t_B): with t_F = t_B = t_W it is a third
-//     of 1F1B's, the paper's "about 1/3 of 1F1B's bubble".
+//     section 3.1; exact for m >= P and t_W <= min(t_F, t_B) in the tests'
+//     simulator): with t_F = t_B = t_W it is a third of 1F1B's, the paper's
+//     "about 1/3 of 1F1B's bubble".
 //
 // The later stages have the least to wait for in 1F1B's cool-down and the most
 // in its warm-up; the earlier stages the opposite. Where the W's go, and why
