@@ -173,6 +173,30 @@ class TestContracts(unittest.TestCase):
             self.assertNotRegex(text.replace("−", "-"), warm_up, name)
             self.assertNotRegex(text.replace("−", "-"), in_flight, name)
 
+    def test_the_zb_h1_placement_is_in_the_hints_only(self):
+        # Task G's answer: stage s runs W(i - s) after B(i) (its W's lag its B's by s).
+        # It may be in task G's hints (Hint 2) and the reference's solution, nowhere else
+        # a student reads; and task B's warm-up count must not come in through task G's
+        # header either.
+        sys.path.insert(0, str(ROOT / "grader"))
+        import export_student
+        lag = re.compile(r"W\s*\(\s*i\s*-\s*s\s*\)|lag\s*=\s*(s|stage)\b|lag\s+(of\s+)?s\b|lags?\s+by\s+s\b")
+        handout = (ROOT / "labs" / "07_pipeline" / "README.md").read_text().replace("−", "-")
+        self.assertRegex(handout, lag, "the placement should be in task G's hints")
+        labdir = ROOT / "labs" / "07_pipeline"
+        texts = {"README.md --hints none": export_student.student_text("labs/07_pipeline/README.md", handout, "none"),
+                 "lab07/zero_bubble.h": (labdir / "include" / "lab07" / "zero_bubble.h").read_text(),
+                 "src/zero_bubble.cc": (labdir / "src" / "zero_bubble.cc").read_text(),
+                 "grader/rubrics/07.toml": (ROOT / "grader" / "rubrics" / "07.toml").read_text(),
+                 "bench/RESULTS.md": (labdir / "bench" / "RESULTS.md").read_text()}
+        for path in sorted((labdir / "tests").glob("*")):
+            texts[f"tests/{path.name}"] = path.read_text()
+        warm_up = re.compile(r"P\s*-\s*s\s*-\s*1|P\s*-\s*s\b")
+        for name, text in texts.items():
+            self.assertNotRegex(text.replace("−", "-"), lag, name)
+            if name in ("lab07/zero_bubble.h", "src/zero_bubble.cc"):
+                self.assertNotRegex(text.replace("−", "-"), warm_up, name)
+
     def student_texts(self, lab: str, header: str, deck: str) -> dict[str, str]:
         """What a student of `lab` reads without opening a hint: the handout with every hint
         dropped (export-student --hints none), the API header, the skeleton and the deck."""

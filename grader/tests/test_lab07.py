@@ -1,5 +1,5 @@
-"""Lab 07 end to end: `grade.py 07 --reference` gives 135 / 135 (110 public points,
-10 for speed and 15 example hidden ones), `--skeleton` gives 0 fast, every item
+"""Lab 07 end to end: `grade.py 07 --reference` gives 150 / 150 (120 public points,
+10 for speed and 20 example hidden ones), `--skeleton` gives 0 fast, every item
 saying what is not implemented yet; a GPipe order submitted as 1F1B loses the
 activation-memory speed item, by the 4x it measures (issue 26: 1F1B's bubble is
 GPipe's, its memory is not: measured in the kept tree, the fault rebuilt into the
@@ -50,8 +50,8 @@ class TestLab07Reference(helpers.GraderAssertions, unittest.TestCase):
         self.assertGreater(self.load_share, MIN_SHARE, "the load was not there")
 
     def test_full_marks(self):
-        # 12 public items + 1 GPU item + 2 speed + 3 example hidden
-        self.assertReferenceFullMarks(self.graded, 145 if HAVE_GPU else 135, items=18)
+        # 13 public items + 1 GPU item + 2 speed + 4 example hidden
+        self.assertReferenceFullMarks(self.graded, 160 if HAVE_GPU else 150, items=20)
 
     def test_gpipe_submitted_as_1f1b_loses_the_memory_item(self):
         # In the kept tree (graded as the reference): 1F1B's schedule replaced by

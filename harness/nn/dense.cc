@@ -134,26 +134,58 @@ const Tensor& Linear::forward(const Tensor& x) {
 const Tensor& Linear::backward(const Tensor& dy, const GradReadyFn& grad_ready) {
   Cache& cache = caches_.at(slot_);
   require_grad(dy, cache.y, name_);
+  // The bias and weight gradients are final before dx is computed: announce
+  // them at once, so a bucket can start its allreduce while dx is computed.
+  // (On the GPU "final" means queued on the compute stream: see Note
+  // [The compute stream] in compute_stream.h.)
+  add_weight_grads(cache.x, dy, grad_ready);
+  return input_grad(cache, dy);
+}
+
+// B and W (Note [Split backward]): the fused backward's two halves, the same
+// calls on the same tensors; dy waits in the slot for W.
+const Tensor& Linear::backward_input(const Tensor& dy) {
+  Cache& cache = caches_.at(slot_);
+  require_grad(dy, cache.y, name_);
+  DTL_REQUIRE_ARG(!cache.dy.defined(), (name_ + ".backward_input").c_str(), "dy",
+                  "slot " + std::to_string(slot_) + " already ran backward_input() and waits for its backward_weight()");
+  cache.dy = dy;  // a handle, as x is: W reads both
+  return input_grad(cache, dy);
+}
+
+void Linear::backward_weight(const GradReadyFn& grad_ready) {
+  Cache& cache = caches_.at(slot_);
+  DTL_REQUIRE_ARG(cache.dy.defined(), (name_ + ".backward_weight").c_str(), "slot",
+                  "is " + std::to_string(slot_) + ", which has no backward_input() waiting for its W");
+  add_weight_grads(cache.x, cache.dy, grad_ready);
+  cache.dy = Tensor();
+}
+
+// db += sum_n dy; dW += dy^T x; announced bias first, then weight.
+void Linear::add_weight_grads(const Tensor& x, const Tensor& dy, const GradReadyFn& grad_ready) {
+  const std::int64_t n = dy.numel() / out_;
+  dispatch("Linear::backward", {{"dy", dy}, {"weight.grad", weight_.grad}}, dy.dtype(), [&](auto on, auto zero) {
+    using T = decltype(zero);
+    // A bias fused into the next GELU got its gradient there, already queued.
+    if (has_bias_) {
+      if (!(bias_to_gelu_ && fuses_bias_gelu(decltype(on){}))) {
+        linear_backward_bias(on, bias_.grad.data<T>(), dy.data<T>(), n, out_);
+      }
+      notify(grad_ready, bias_);
+    }
+    linear_backward_weight(on, weight_.grad.data<T>(), dy.data<T>(), x.data<T>(), n, in_, out_);
+    notify(grad_ready, weight_);
+  });
+}
+
+// dx = dy W, into the slot's dx.
+const Tensor& Linear::input_grad(Cache& cache, const Tensor& dy) {
   ensure(cache.dx, cache.x.shape(), dy.dtype(), dy.device());
   const std::int64_t n = dy.numel() / out_;
-  dispatch("Linear::backward", {{"dy", dy}, {"weight", weight_.value}, {"weight.grad", weight_.grad}}, dy.dtype(),
-           [&](auto on, auto zero) {
-             using T = decltype(zero);
-             // The bias and weight gradients are final before dx is computed: announce
-             // them at once, so a bucket can start its allreduce while dx is computed.
-             // (On the GPU "final" means queued on the compute stream: see Note
-             // [The compute stream] in compute_stream.h.)
-             // A bias fused into the next GELU got its gradient there, already queued.
-             if (has_bias_) {
-               if (!(bias_to_gelu_ && fuses_bias_gelu(decltype(on){}))) {
-                 linear_backward_bias(on, bias_.grad.data<T>(), dy.data<T>(), n, out_);
-               }
-               notify(grad_ready, bias_);
-             }
-             linear_backward_weight(on, weight_.grad.data<T>(), dy.data<T>(), cache.x.data<T>(), n, in_, out_);
-             notify(grad_ready, weight_);
-             linear_backward_input(on, cache.dx.data<T>(), dy.data<T>(), weight_.value.data<T>(), n, in_, out_);
-           });
+  dispatch("Linear::backward", {{"dy", dy}, {"weight", weight_.value}}, dy.dtype(), [&](auto on, auto zero) {
+    using T = decltype(zero);
+    linear_backward_input(on, cache.dx.data<T>(), dy.data<T>(), weight_.value.data<T>(), n, in_, out_);
+  });
   return cache.dx;
 }
 

@@ -48,6 +48,15 @@ class Linear : public Layer {
   /// @param[in] grad_ready fired for bias, then weight.
   /// @return dx (N..., in).
   const Tensor& backward(const Tensor& dy, const GradReadyFn& grad_ready) override;
+  /// @brief B: dx = dy W; keeps dy in the slot for W (Note [Split backward]).
+  /// @param[in] dy (N..., out).
+  /// @return dx (N..., in).
+  /// @throws dtl::InvalidArgument as backward(), or if this slot's last B still waits for its W.
+  const Tensor& backward_input(const Tensor& dy) override;
+  /// @brief W: db += sum_n dy; dW += dy^T x, with the slot's x and B's dy.
+  /// @param[in] grad_ready fired for bias, then weight.
+  /// @throws dtl::InvalidArgument if this slot has no B waiting for its W.
+  void backward_weight(const GradReadyFn& grad_ready) override;
   /// @brief weight, then bias (if any).
   /// @return the parameters.
   std::vector<Parameter*> parameters() override;
@@ -69,7 +78,10 @@ class Linear : public Layer {
   friend class GELU;  // GELU::fuse_bias_of sets bias_to_gelu_
   struct Cache {
     Tensor x, y, dx;
+    Tensor dy;  // B's dy, kept for W; undefined when no W is due
   };
+  void add_weight_grads(const Tensor& x, const Tensor& dy, const GradReadyFn& grad_ready);
+  const Tensor& input_grad(Cache& cache, const Tensor& dy);
   std::int64_t in_, out_;
   bool has_bias_;
   // On the GPU the bias (value and gradient) is the next GELU's business: See

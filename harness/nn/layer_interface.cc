@@ -5,7 +5,7 @@
 
 namespace dtl::nn {
 
-using namespace detail;  // dispatch, require_grad, ensure
+using namespace detail;  // dispatch, require_grad, ensure, notify
 
 namespace {
 
@@ -17,6 +17,14 @@ void add(OnCpu, T* y, const T* a, const T* b, std::int64_t count) {
 }
 
 }  // namespace
+
+// The default W of a layer that does not split (Note [Split backward]): its B
+// ran the fused backward, so the gradients are in; announce them as the fused
+// backward would have, last parameter first.
+void Layer::backward_weight(const GradReadyFn& grad_ready) {
+  const std::vector<Parameter*> params = parameters();
+  for (auto it = params.rbegin(); it != params.rend(); ++it) notify(grad_ready, **it);
+}
 
 // ---------------------------------------------------------------------------
 // Sequential and Residual
@@ -38,6 +46,16 @@ const Tensor& Sequential::backward(const Tensor& dy, const GradReadyFn& grad_rea
   const Tensor* g = &dy;
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) g = &(*it)->backward(*g, grad_ready);
   return *g;
+}
+
+const Tensor& Sequential::backward_input(const Tensor& dy) {
+  const Tensor* g = &dy;
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) g = &(*it)->backward_input(*g);
+  return *g;
+}
+
+void Sequential::backward_weight(const GradReadyFn& grad_ready) {
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) (*it)->backward_weight(grad_ready);
 }
 
 std::vector<Parameter*> Sequential::parameters() {
@@ -86,13 +104,22 @@ const Tensor& Residual::forward(const Tensor& x) {
 }
 
 const Tensor& Residual::backward(const Tensor& dy, const GradReadyFn& grad_ready) {
+  require_grad(dy, caches_.at(slot_).y, name_);
+  return skip_sum(dy, inner_->backward(dy, grad_ready));
+}
+
+const Tensor& Residual::backward_input(const Tensor& dy) {
+  require_grad(dy, caches_.at(slot_).y, name_);
+  return skip_sum(dy, inner_->backward_input(dy));
+}
+
+// dx = dy + f's dx: both paths reach x.
+const Tensor& Residual::skip_sum(const Tensor& dy, const Tensor& dinner) {
   Cache& cache = caches_.at(slot_);
-  require_grad(dy, cache.y, name_);
-  const Tensor& dinner = inner_->backward(dy, grad_ready);
   ensure(cache.dx, dy.shape(), dy.dtype(), dy.device());
   dispatch("Residual::backward", {{"dy", dy}, {"f's dx", dinner}}, dy.dtype(), [&](auto on, auto zero) {
     using T = decltype(zero);
-    add(on, cache.dx.data<T>(), dy.data<T>(), dinner.data<T>(), dy.numel());  // both paths reach x
+    add(on, cache.dx.data<T>(), dy.data<T>(), dinner.data<T>(), dy.numel());
   });
   return cache.dx;
 }

@@ -31,6 +31,9 @@
 ///     grad_ready(parameter) — in reverse parameter order (lab 04's buckets).
 ///   - activation slots: a layer keeps one cache per slot (set_slot()), so that
 ///     a pipeline stage can hold several micro-batches in flight (lab 07).
+///   - the backward also comes in two halves, backward_input() (B: dL/dx) and
+///     backward_weight() (W: dL/dparameter), for zero-bubble pipelines (lab 07):
+///     See Note [Split backward].
 #pragma once
 
 #include <cstdint>
@@ -81,6 +84,34 @@ class SlotCaches {
   std::vector<Cache> caches_;
 };
 
+// Note [Split backward]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// A layer's backward does two independent things with dy: dL/dx (the previous
+// layer, or the previous pipeline stage, waits for it) and dL/dparameter
+// (nobody waits for it until the optimizer step). Zero-bubble pipelines (Qi et
+// al., 2023; lab 07, Note [Zero bubble]) run them apart:
+//
+//     backward(dy, grad_ready)          the fused backward: both at once
+//     backward_input(dy)                B: returns dL/dx, keeps dy in the current slot
+//     backward_weight(grad_ready)       W: adds dL/dparameter into grad (current slot)
+//
+// Contract, per slot: forward, then backward_input once, then backward_weight
+// once, possibly after other slots' forwards and Bs and Ws (select the slot with
+// set_slot() before each). B then W computes the same dx and adds the same
+// gradients, bit for bit, as backward(): the same kernels on the same inputs,
+// only at other times. So W needs the forward's input x and B's dy alive until
+// it runs: the slot keeps them (handles, not copies), and release_slot() after W
+// frees them. Between B and W a slot therefore still holds part of a
+// micro-batch's activations: what W reads.
+//
+// Which layers split: Linear (its dW = dy^T x and db = sum dy are the W), and
+// the layers made of Linears (CausalSelfAttention) or of other layers
+// (Sequential, Residual) split their parts. A layer without parameters has an
+// empty W. Any other layer with parameters (LayerNorm, the embeddings) keeps the
+// default: B runs its fused backward (gradients included) and W only announces
+// its parameters to grad_ready; the result is the same, its weight work just
+// runs in B. grad_ready fires in W, never in B, in the fused backward's order.
+
 /// @brief The interface every layer implements.
 class Layer {
  public:
@@ -104,6 +135,25 @@ class Layer {
   /// @return dL/dx, owned by the layer (undefined for an input of token ids).
   /// @throws dtl::InvalidArgument if dy's shape differs from the output's, or forward was not called.
   virtual const Tensor& backward(const Tensor& dy, const GradReadyFn& grad_ready) = 0;
+  /// @brief B, the backward's input half: returns dL/dx and keeps dy for backward_weight()
+  /// (current slot; Note [Split backward]). Adds no gradient of a layer that splits.
+  ///
+  /// The default (layers that do not split) runs backward(dy, {}): the weight
+  /// gradients are added here, and backward_weight() only announces them.
+  /// @param[in] dy dL/dy, the shape of forward's output.
+  /// @return dL/dx, owned by the layer (undefined for an input of token ids).
+  /// @throws dtl::InvalidArgument if dy's shape differs from the output's, or forward was not called.
+  virtual const Tensor& backward_input(const Tensor& dy) { return backward(dy, GradReadyFn()); }
+  /// @brief W, the backward's weight half: adds dL/dparameter into each grad, with the
+  /// input and dy of the current slot's forward and backward_input() (Note [Split backward]).
+  ///
+  /// Call it once per backward_input(), any time before the slot is released. The
+  /// default (no split) announces the parameters, last first: its B added the gradients.
+  /// @param[in] grad_ready called for each parameter once its grad is final, in the
+  ///            fused backward's order (may be empty).
+  /// @throws dtl::InvalidArgument if the slot has no backward_input() waiting for its W
+  ///         (layers that split).
+  virtual void backward_weight(const GradReadyFn& grad_ready);
   /// @brief The parameters, in a fixed order (the forward order).
   /// @return pointers into this layer (valid while it lives).
   virtual std::vector<Parameter*> parameters() { return {}; }
@@ -151,6 +201,13 @@ class Sequential : public Layer {
   /// @param[in] grad_ready passed to every layer.
   /// @return the first layer's dx.
   const Tensor& backward(const Tensor& dy, const GradReadyFn& grad_ready) override;
+  /// @brief Each layer's backward_input(), last layer first.
+  /// @param[in] dy the last layer's output gradient.
+  /// @return the first layer's dx.
+  const Tensor& backward_input(const Tensor& dy) override;
+  /// @brief Each layer's backward_weight(), last layer first.
+  /// @param[in] grad_ready passed to every layer.
+  void backward_weight(const GradReadyFn& grad_ready) override;
   /// @brief Every layer's parameters, in order.
   /// @return the parameters.
   std::vector<Parameter*> parameters() override;
@@ -192,6 +249,13 @@ class Residual : public Layer {
   /// @param[in] grad_ready passed to f.
   /// @return dx.
   const Tensor& backward(const Tensor& dy, const GradReadyFn& grad_ready) override;
+  /// @brief dx = dy + (backward_input of f)(dy).
+  /// @param[in] dy same shape as y.
+  /// @return dx.
+  const Tensor& backward_input(const Tensor& dy) override;
+  /// @brief f's backward_weight().
+  /// @param[in] grad_ready passed to f.
+  void backward_weight(const GradReadyFn& grad_ready) override { inner_->backward_weight(grad_ready); }
   /// @brief f's parameters.
   /// @return the parameters.
   std::vector<Parameter*> parameters() override { return inner_->parameters(); }
@@ -213,6 +277,7 @@ class Residual : public Layer {
   struct Cache {
     Tensor y, dx;
   };
+  const Tensor& skip_sum(const Tensor& dy, const Tensor& dinner);
   std::unique_ptr<Layer> inner_;
   SlotCaches<Cache> caches_;
 };

@@ -55,6 +55,29 @@ const Tensor& Model::backward(const Tensor& dy) {
   return *g;
 }
 
+// B and W (Note [Split backward]): units last first, as backward() runs them.
+const Tensor& Model::backward_input(const Tensor& dy) {
+  DTL_REQUIRE_ARG(!units_.empty(), "Model::backward_input", "this", "has no units");
+  DTL_REQUIRE_ARG(!hooks_.pre_backward && !hooks_.post_backward, "Model::backward_input", "hooks",
+                  "has pre_backward or post_backward set; a split backward runs no unit's backward at one time");
+  const Tensor* g = &dy;
+  for (int u = unit_count() - 1; u >= 0; --u) {
+    auto& layers = units_[static_cast<std::size_t>(u)].layers;
+    for (auto it = layers.rbegin(); it != layers.rend(); ++it) g = &(*it)->backward_input(*g);
+  }
+  return *g;
+}
+
+void Model::backward_weight() {
+  DTL_REQUIRE_ARG(!units_.empty(), "Model::backward_weight", "this", "has no units");
+  DTL_REQUIRE_ARG(!hooks_.pre_backward && !hooks_.post_backward, "Model::backward_weight", "hooks",
+                  "has pre_backward or post_backward set; a split backward runs no unit's backward at one time");
+  for (int u = unit_count() - 1; u >= 0; --u) {
+    auto& layers = units_[static_cast<std::size_t>(u)].layers;
+    for (auto it = layers.rbegin(); it != layers.rend(); ++it) (*it)->backward_weight(hooks_.grad_ready);
+  }
+}
+
 std::vector<Parameter*> Model::parameters() const {
   std::vector<Parameter*> all;
   for (const Unit& u : units_)

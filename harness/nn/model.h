@@ -101,6 +101,21 @@ class Model {
   /// @param[in] dy dL/d(output), the shape of forward's result.
   /// @return dL/dx (undefined for token inputs).
   const Tensor& backward(const Tensor& dy);
+  /// @brief B of the whole model (Note [Split backward] in layer_interface.h): every
+  /// unit's backward_input(), last unit first; adds no gradient of a layer that splits.
+  ///
+  /// Call backward_weight() for the same slot later, once. No hook runs here.
+  /// @param[in] dy dL/d(output), the shape of forward's result.
+  /// @return dL/dx (undefined for token inputs).
+  /// @throws dtl::InvalidArgument if pre_backward or post_backward hooks are set
+  ///         (they bracket a unit's whole backward, which no longer happens at one time).
+  const Tensor& backward_input(const Tensor& dy);
+  /// @brief W of the whole model: every unit's backward_weight(), last unit first, with
+  /// grad_ready for each parameter in backward()'s order. Together with
+  /// backward_input() of the same slot, adds exactly backward()'s gradients.
+  /// @throws dtl::InvalidArgument if pre_backward or post_backward hooks are set, or
+  ///         the slot has no backward_input() waiting for its W.
+  void backward_weight();
   /// @brief The hooks; assign the members to attach.
   /// @return the hooks.
   ModelHooks& hooks() noexcept { return hooks_; }

@@ -203,6 +203,23 @@ const Tensor& CausalSelfAttention::backward(const Tensor& dy, const GradReadyFn&
   return qkv_.backward(cache.dqkv, grad_ready);  // (B, T, C)
 }
 
+// B and W (Note [Split backward]): the attention core has no parameters, so it
+// is all B; the projections split.
+const Tensor& CausalSelfAttention::backward_input(const Tensor& dy) {
+  Cache& cache = caches_.at(slot_);
+  DTL_REQUIRE_ARG(cache.qkv.defined(), (name_ + ".backward_input").c_str(), "dy",
+                  "came before any forward in this slot");
+  const Tensor& dout = proj_.backward_input(dy);
+  ensure(cache.dqkv, cache.qkv.shape(), dy.dtype(), dy.device());
+  attention_core_backward(dout, cache.att, cache.qkv, heads_, cache.dqkv);
+  return qkv_.backward_input(cache.dqkv);
+}
+
+void CausalSelfAttention::backward_weight(const GradReadyFn& grad_ready) {
+  proj_.backward_weight(grad_ready);  // the fused backward's order: proj first
+  qkv_.backward_weight(grad_ready);
+}
+
 // ---------------------------------------------------------------------------
 // Blocks
 // ---------------------------------------------------------------------------

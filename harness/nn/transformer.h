@@ -52,6 +52,13 @@ class CausalSelfAttention : public Layer {
   /// @param[in] grad_ready fired for proj.bias, proj.weight, qkv.bias, qkv.weight.
   /// @return dx (B, T, C).
   const Tensor& backward(const Tensor& dy, const GradReadyFn& grad_ready) override;
+  /// @brief B: proj's B, the attention's backward, qkv's B (Note [Split backward]).
+  /// @param[in] dy (B, T, C).
+  /// @return dx (B, T, C).
+  const Tensor& backward_input(const Tensor& dy) override;
+  /// @brief W: proj's W, then qkv's.
+  /// @param[in] grad_ready fired for proj.bias, proj.weight, qkv.bias, qkv.weight.
+  void backward_weight(const GradReadyFn& grad_ready) override;
   /// @brief qkv.weight, qkv.bias, proj.weight, proj.bias.
   /// @return the parameters.
   std::vector<Parameter*> parameters() override;

@@ -2,14 +2,18 @@
 // 7-unit MLP and GPT, GPipe and 1F1B with m = 1 and m = 7 (not divisible by P), your
 // schedules at 7 to 12 stages (pure functions, checked on every rank),
 // the order each stage ran, the activation slots from the memory tracker, weight
-// stashing, and every grid of 5 and 6 ranks. Same oracles as the public tests.
+// stashing, and every grid of 5 and 6 ranks; interleaved 1F1B and ZB-H1 at more
+// stages. Same oracles as the public tests.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "harness/comm/mpi_communicator.h"
+#include "lab07/zero_bubble.h"
 #include "labs/07_pipeline/tests/interleave_test_util.h"
 #include "labs/07_pipeline/tests/pipeline_test_util.h"
 
@@ -192,6 +196,82 @@ TEST(HiddenInterleaved, FiveAndSixRanksEqualOneProcess) {
             const double want = oracle.losses[static_cast<std::size_t>(step)];
             EXPECT_NEAR(run.losses[static_cast<std::size_t>(step)], want, 1e-5 * (1.0 + want));
           }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lab07_test
+
+// Task G, ZB-H1: the orders at 7 to 12 stages and up to 20 micro-batches (fewer
+// than the stages too), against the test's 1F1B, the stash bound, the greedy
+// placement of the W's at three op-time ratios and the bubble at equal op
+// times; then the split run at 5 and 6 ranks against one process and against
+// 1F1B through the same executor, bit for bit. Same oracles as the public tests.
+namespace lab07_test {
+namespace {
+
+// The test's 1F1B orders of all stages, the caps searched once.
+std::vector<std::vector<Action>> hidden_one_f_one_b(int P, int m) {
+  std::vector<std::vector<Action>> orders;
+  for (int cap : leanest_caps(P, m)) orders.push_back(greedy_order(m, cap));
+  return orders;
+}
+
+TEST(HiddenZeroBubble, OrdersMemoryAndBubbleAtMoreStages) {
+  for (int P = 7; P <= 12; ++P) {
+    for (int m : {1, 3, P - 1, P, P + 3, 2 * P, 20}) {
+      const std::string what = "P " + std::to_string(P) + " m " + std::to_string(m);
+      const std::vector<std::vector<Action>> base = hidden_one_f_one_b(P, m);
+      std::vector<std::vector<Action>> orders;
+      bool valid = true;
+      int peak = 0, base_peak = 0;
+      for (int s = 0; s < P; ++s) {
+        orders.push_back(lab07::zb_h1_schedule(P, s, m));
+        const std::vector<Action>& order = orders.back();
+        const auto us = static_cast<std::size_t>(s);
+        const std::string why = check_order(order, 1, m);
+        EXPECT_EQ(why, "") << what << " stage " << s;
+        valid = valid && why.empty() && order.size() == 3u * static_cast<std::size_t>(m);
+        EXPECT_EQ(text(without_w(order)), text(base[us])) << what << " stage " << s;
+        EXPECT_LE(peak_stashed(order), P) << what << " stage " << s;
+        peak = std::max(peak, peak_stashed(order));
+        base_peak = std::max(base_peak, peak_stashed(base[us]));
+      }
+      EXPECT_EQ(peak, base_peak) << what;
+      if (!valid) continue;
+      for (const auto& [t_f, t_b, t_w] : {std::tuple{1.0, 1.0, 1.0}, std::tuple{1.0, 3.0, 2.0}, std::tuple{3.0, 2.0, 1.0}}) {
+        const Simulation sim = simulate(orders, 1, m, t_f, t_b, t_w);
+        ASSERT_EQ(sim.deadlock, "") << what;
+        EXPECT_LE(sim.makespan, greedy_w_makespan(base, m, t_f, t_b, t_w, P) + 1e-9)
+            << what << " t " << t_f << "/" << t_b << "/" << t_w;
+        if (t_f == t_b && t_b == t_w && m >= P) {
+          EXPECT_EQ(sim.makespan, 3.0 * m + P - 1) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST(HiddenZeroBubble, FiveAndSixRanksEqualOneProcess) {
+  const int P = comm().size(), s = comm().rank();
+  constexpr std::int64_t kRows = 15;
+  for (ModelKind kind : {ModelKind::kMlp, ModelKind::kGpt}) {
+    for (int m : {2, P + 1, 15}) {
+      const int units = P + 2;  // two stages of two units
+      const InterleavedRun zb = run_schedule(kind, 1, m, 2, kRows, units, lab07::zb_h1_schedule(P, s, m), 9);
+      const InterleavedRun base = run_schedule(kind, 1, m, 2, kRows, units, one_f_one_b_order(P, s, m), 9);
+      const Oracle oracle = run_oracle(kind, 9, 2, kRows, units);
+      const std::string what = std::string(model_name(kind)) + " m " + std::to_string(m);
+      const auto [begin, end] = zb.units[0];
+      EXPECT_TRUE(close_to(unit_values(oracle.model, begin, end), zb.values[0], what));
+      EXPECT_TRUE(zb.values[0] == base.values[0]) << what << ": not 1F1B's weights bit for bit";
+      if (s == P - 1) {
+        for (int step = 0; step < 2; ++step) {
+          const double want = oracle.losses[static_cast<std::size_t>(step)];
+          EXPECT_NEAR(zb.losses[static_cast<std::size_t>(step)], want, 1e-5 * (1.0 + want)) << what;
         }
       }
     }

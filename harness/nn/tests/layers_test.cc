@@ -191,12 +191,18 @@ TEST(GradCheck, SoftmaxCrossEntropyClosedForm) {
   EXPECT_EQ(loss.correct(), 1);
 }
 
-// Whole models: the loss is the cross-entropy, every parameter is checked.
-void check_model(Model& model, const Tensor& x, const Tensor& targets) {
+// Whole models: the loss is the cross-entropy, every parameter is checked. With
+// `split`, the gradients come from B then W (Note [Split backward]), not backward().
+void check_model(Model& model, const Tensor& x, const Tensor& targets, bool split = false) {
   SoftmaxCrossEntropy ce;
   model.zero_grad();
   ce.forward(model.forward(x), targets);
-  model.backward(ce.backward());
+  if (split) {
+    model.backward_input(ce.backward());
+    model.backward_weight();
+  } else {
+    model.backward(ce.backward());
+  }
   auto loss = [&] { return ce.forward(model.forward(x), targets); };
   for (Parameter* p : model.parameters()) {
     const Tensor grad = p->grad.clone(MemoryCategory::kOther);
@@ -211,12 +217,22 @@ TEST(GradCheck, WholeMlp) {
 }
 
 TEST(GradCheck, WholeGpt) {
-  Model model = make_gpt(/*vocab=*/11, /*context=*/6, /*channels=*/8, /*heads=*/2, /*layers=*/2, /*seed=*/5, DType::kF64);
-  Rng rng(13);
-  // Larger weights than the 0.02 of initialization, so every path carries signal.
-  for (Parameter* p : model.parameters())
-    for (double& v : p->value.span<double>()) v += rng.normal(0.0, 0.2);
-  check_model(model, random_tokens({2, 5}, 11, rng), random_tokens({2, 5}, 11, rng));
+  for (const bool split : {false, true}) {
+    SCOPED_TRACE(split ? "B then W" : "fused backward");
+    Model model =
+        make_gpt(/*vocab=*/11, /*context=*/6, /*channels=*/8, /*heads=*/2, /*layers=*/2, /*seed=*/5, DType::kF64);
+    Rng rng(13);
+    // Larger weights than the 0.02 of initialization, so every path carries signal.
+    for (Parameter* p : model.parameters())
+      for (double& v : p->value.span<double>()) v += rng.normal(0.0, 0.2);
+    check_model(model, random_tokens({2, 5}, 11, rng), random_tokens({2, 5}, 11, rng), split);
+  }
+}
+
+TEST(GradCheck, WholeMlpSplitBackward) {
+  Model model = make_mlp(4, 8, 3, 2, /*seed=*/5, DType::kF64);
+  Rng rng(12);
+  check_model(model, random_tensor({6, 4}, rng), random_tokens({6}, 3, rng), /*split=*/true);
 }
 
 // ---------------------------------------------------------------------------

@@ -28,6 +28,12 @@
 //       pipeline cut into v P virtual stages, each sleeping 1/v as long, run by the
 //       given InterleavedStage; v = 1 is 1F1B through the same executor. Bubble
 //       against (P - 1)/(v m + P - 1), and the messages per step it costs.
+//   ZeroBubble/P<P>/<1f1b|zbh1>/m<m>   ZB-H1 (task G) against 1F1B through the same
+//       executor (InterleavedStage, one chunk), emulated compute with t_F = t_B = t_W
+//       (20 ms per batch each: 1F1B's fused backward sleeps 40 ms, ZB-H1's B and W
+//       20 ms each). theory % = (P - 1)/(m + P - 1) for 1F1B and (P - 1)/(3 m + P - 1)
+//       for ZB-H1 (Note [Zero bubble]); stash = the most micro-batches any stage holds
+//       from F to its W (to its backward under 1F1B), counted from the schedule.
 // Columns: step (ms) median of the slowest rank; bubble % = 1 - busy / step,
 // averaged over the stages (busy = the stage's F and B compute spans); theory % =
 // (P - 1)/(m + P - 1); ratio = bubble / theory; act0 / actL (KiB) = peak
@@ -57,6 +63,7 @@
 #include "harness/nn/layers.h"
 #include "harness/nn/model.h"
 #include "lab07/interleave.h"
+#include "lab07/zero_bubble.h"
 
 namespace {
 
@@ -68,6 +75,7 @@ constexpr std::int64_t kBatch = 64;       // rows per step: m = 16 gives micro-b
 constexpr std::int64_t kWidth = 1024;     // features of the emulated activations (256 KiB per batch)
 constexpr int kUnitsPerStage = 1;        // one sleep per stage and pass: sleep_for's overshoot paid once
 constexpr double kForwardPerUnit = 20e-3;  // emulated seconds per batch and unit; backward twice that
+constexpr double kZeroBubbleScale = 5.0;   // the ZeroBubble rows sleep 5 times as long
 
 // A layer that stands for compute: sleeps in proportion to its rows, passes x
 // through. Optionally also stands for a link: sleeps alpha + bytes / B on each
@@ -84,6 +92,17 @@ class SleepLayer final : public nn::Layer {
   const nn::Tensor& backward(const nn::Tensor& dy, const nn::GradReadyFn&) override {
     sleep(2.0 * forward_ * fraction(dy) + link_seconds(dy));
     return dy;
+  }
+  // Split (Note [Split backward]): B and W each as long as the forward, so that
+  // B then W takes what backward() takes.
+  const nn::Tensor& backward_input(const nn::Tensor& dy) override {
+    sleep(forward_ * fraction(dy) + link_seconds(dy));
+    if (static_cast<std::size_t>(slot_) >= w_fraction_.size()) w_fraction_.resize(static_cast<std::size_t>(slot_) + 1);
+    w_fraction_[static_cast<std::size_t>(slot_)] = fraction(dy);
+    return dy;
+  }
+  void backward_weight(const nn::GradReadyFn&) override {
+    sleep(forward_ * w_fraction_.at(static_cast<std::size_t>(slot_)));
   }
   nn::Shape output_shape(const nn::Shape& input) const override { return input; }
   void release_slot(int) override {}
@@ -107,6 +126,7 @@ class SleepLayer final : public nn::Layer {
   }
   double forward_;
   const dtl::LinkModel* link_;
+  std::vector<double> w_fraction_;  // per slot: the rows of the B whose W is due
 };
 
 const dtl::LinkModel& link_1gbe() {
@@ -118,7 +138,8 @@ const dtl::LinkModel& link_1gbe() {
 // (in 16 -> kWidth) and the last a real Linear (kWidth -> 10 classes), so the
 // loss and the messages are real. With `chunks` v > 1: v P units each sleeping
 // 1/v as long (the interleaved rows), so every rank still sleeps 20 + 40 ms per batch.
-nn::Model emulated_model(int stages, bool link, int chunks = 1) {
+// `scale` multiplies every sleep (the ZeroBubble rows: 5).
+nn::Model emulated_model(int stages, bool link, int chunks = 1, double scale = 1.0) {
   dtl::Rng rng(7);
   nn::Model model;
   const int units = stages * kUnitsPerStage * chunks;
@@ -126,7 +147,7 @@ nn::Model emulated_model(int stages, bool link, int chunks = 1) {
     std::vector<std::unique_ptr<nn::Layer>> layers;
     if (u == 0) layers.push_back(std::make_unique<nn::Linear>("in", 16, kWidth, nn::DType::kF32, rng));
     const bool receives = link && u % kUnitsPerStage == 0 && u > 0;
-    layers.push_back(std::make_unique<SleepLayer>("sleep" + std::to_string(u), kForwardPerUnit / chunks,
+    layers.push_back(std::make_unique<SleepLayer>("sleep" + std::to_string(u), scale * kForwardPerUnit / chunks,
                                                   receives ? &link_1gbe() : nullptr));
     if (u == units - 1) layers.push_back(std::make_unique<nn::Linear>("out", kWidth, 10, nn::DType::kF32, rng));
     model.add_unit("u" + std::to_string(u), std::move(layers));
@@ -260,14 +281,34 @@ void pipeline_row(benchmark::State& state, const std::string& kind, int stages, 
 // rows differs in the schedule only. bubble % = 1 - (the emulated work, 60 ms per
 // batch per rank) / step; theory % = (P - 1)/(v m + P - 1); msgs/step = the
 // point-to-point messages of one step over all ranks (2 (v P - 1) m).
-void interleaved_row(benchmark::State& state, int stages, int chunks, int m) {
+// The most micro-batches a schedule holds from F to W (to B without W's).
+int peak_stashed(const std::vector<lab07::Action>& schedule) {
+  const bool split = std::any_of(schedule.begin(), schedule.end(),
+                                 [](const lab07::Action& a) { return a.pass == lab07::Pass::kWeight; });
+  int now = 0, peak = 0;
+  for (const lab07::Action& a : schedule) {
+    if (a.pass == lab07::Pass::kForward) ++now;
+    if (a.pass == (split ? lab07::Pass::kWeight : lab07::Pass::kBackward)) --now;
+    peak = std::max(peak, now);
+  }
+  return peak;
+}
+
+// The ZeroBubble rows run through the same function, one chunk, kZeroBubbleScale:
+// kZbBaseline is 1F1B (interleaved_schedule(P, s, m, 1)), kZbH1 zb_h1_schedule().
+enum class RowOrder { kInterleaved, kZbBaseline, kZbH1 };
+
+void interleaved_row(benchmark::State& state, int stages, int chunks, int m, RowOrder order = RowOrder::kInterleaved) {
+  const bool zero_bubble = order == RowOrder::kZbH1;
+  const double scale = order == RowOrder::kInterleaved ? 1.0 : kZeroBubbleScale;
   dtl::Comm sub = dtl::bench::first_ranks(stages);
   std::unique_ptr<lab07::InterleavedStage> stage;
   std::vector<lab07::Action> schedule;
   const Batch batch = make_batch(16);
   if (sub.get() != MPI_COMM_NULL) {
     const int s = comm().rank();
-    const std::vector<nn::Shape> shapes = emulated_model(stages, false, chunks).activation_shapes(batch.x.shape());
+    const std::vector<nn::Shape> shapes =
+        emulated_model(stages, false, chunks, scale).activation_shapes(batch.x.shape());
     std::vector<nn::Model> models;
     std::vector<nn::Stage> infos;
     for (int c = 0; c < chunks; ++c) {
@@ -276,11 +317,11 @@ void interleaved_row(benchmark::State& state, int stages, int chunks, int m) {
       st.end = st.begin + kUnitsPerStage;
       st.input_shape = shapes[static_cast<std::size_t>(st.begin)];
       st.output_shape = shapes[static_cast<std::size_t>(st.end)];
-      models.push_back(emulated_model(stages, false, chunks).slice(st.begin, st.end));
+      models.push_back(emulated_model(stages, false, chunks, scale).slice(st.begin, st.end));
       infos.push_back(st);
     }
     stage = std::make_unique<lab07::InterleavedStage>(sub, std::move(models), infos, m);
-    schedule = lab07::interleaved_schedule(stages, s, m, chunks);
+    schedule = zero_bubble ? lab07::zb_h1_schedule(stages, s, m) : lab07::interleaved_schedule(stages, s, m, chunks);
   }
   auto step = [&] {
     if (stage) stage->train_step(batch.x, batch.y, schedule);
@@ -288,18 +329,32 @@ void interleaved_row(benchmark::State& state, int stages, int chunks, int m) {
   step();  // warm-up
   std::vector<double> steps;
   double messages = 0.0;
+  std::int64_t act0 = 0, act_last = 0;
+  auto& tracker = nn::memory_tracker();
   for (auto _ : state) {
+    const std::int64_t before = tracker.current(nn::MemoryCategory::kActivations);
+    tracker.reset_peak();
     DTL_MPI_CHECK(MPI_Barrier(comm()));
     const double t0 = dtl::clock_seconds();
     step();
     const double t = world_max(dtl::clock_seconds() - t0);
     messages = world_sum(stage ? static_cast<double>(stage->messages_sent()) : 0.0);
+    const std::int64_t peak = tracker.peak(nn::MemoryCategory::kActivations) - before;
+    act0 = value_of_rank(peak, 0);
+    act_last = value_of_rank(peak, stages - 1);
     steps.push_back(t);
     state.SetIterationTime(t);
   }
-  const double work = 3.0 * kUnitsPerStage * kForwardPerUnit;  // forward + backward per batch, per rank
+  const double work = 3.0 * kUnitsPerStage * kForwardPerUnit * scale;  // forward + backward per batch, per rank
   const double median = dtl::bench::median(steps);
-  const double theory = static_cast<double>(stages - 1) / static_cast<double>(chunks * m + stages - 1);
+  // ZB-H1 (Note [Zero bubble]): (P - 1) t idle against 3 m t of work, t_F = t_B = t_W = t.
+  const double theory = zero_bubble ? static_cast<double>(stages - 1) / static_cast<double>(3 * m + stages - 1)
+                                    : static_cast<double>(stages - 1) / static_cast<double>(chunks * m + stages - 1);
+  if (order != RowOrder::kInterleaved) {
+    state.counters["stash"] = world_max(stage ? static_cast<double>(peak_stashed(schedule)) : 0.0);
+    state.counters["act0"] = static_cast<double>(act0) / 1024.0;
+    state.counters["actL"] = static_cast<double>(act_last) / 1024.0;
+  }
   state.counters["step_ms"] = median * 1e3;
   state.counters["bubble"] = 100.0 * (1.0 - work / median);
   state.counters["theory"] = 100.0 * theory;
@@ -389,6 +444,18 @@ void register_rows() {
       for (int v : {1, 2}) {
         add("Interleaved/P" + std::to_string(P) + "/v" + std::to_string(v) + "/m" + std::to_string(m),
             [P, v, m](benchmark::State& s) { interleaved_row(s, P, v, m); }, iterations);
+      }
+    }
+  }
+  // ZB-H1 against 1F1B through the same executor (one chunk), emulated compute, t_F = t_B = t_W.
+  for (int P : stage_counts) {
+    for (int m : quick ? std::vector<int>{8} : std::vector<int>{4, 8, 16}) {
+      for (const bool zb : {false, true}) {
+        add("ZeroBubble/P" + std::to_string(P) + (zb ? "/zbh1" : "/1f1b") + "/m" + std::to_string(m),
+            [P, m, zb](benchmark::State& s) {
+              interleaved_row(s, P, 1, m, zb ? RowOrder::kZbH1 : RowOrder::kZbBaseline);
+            },
+            iterations);
       }
     }
   }
@@ -495,7 +562,8 @@ const bool registered = [] {
                            {"ratio", "ratio", "%6.2f"},
                            {"act0", "act0 (KiB)", "%10.0f"},
                            {"actL", "actL (KiB)", "%10.0f"},
-                           {"msgs", "msgs/step", "%9.0f"}});
+                           {"msgs", "msgs/step", "%9.0f"},
+                           {"stash", "stash", "%6.0f"}});
   dtl::bench::at_start(register_rows);
   dtl::bench::at_finish(write_traces);
   return true;

@@ -19,6 +19,11 @@
 // (PipelineStage posts only the next ones), and buys the shortest code and a
 // message moved the moment it is sent (a receive posted only when its op is next
 // made each hop above the eager limit wait for the sender's next MPI call).
+//
+// A schedule with W actions (ZB-H1, Note [Zero bubble] in lab07/zero_bubble.h)
+// splits every backward: B is the model's backward_input(), whose dx is sent
+// at once, W its backward_weight() later, and the micro-batch's slot is
+// released after its W (Note [Split backward] in harness/nn/layer_interface.h).
 #include <mpi.h>
 
 #include <string>
@@ -115,20 +120,27 @@ void InterleavedStage::send(const nn::Tensor& t, int virtual_stage, int micro_ba
 double InterleavedStage::train_step(const nn::Tensor& x, const nn::Tensor& targets, std::span<const Action> schedule) {
   const int v = chunks(), m = micro_batches_;
   const int last = v * ranks_ - 1;  // the last virtual stage: it computes the loss
-  // The schedule: each (micro-batch, chunk) once as F and once as B, F first.
+  // The schedule: each (micro-batch, chunk) once as F and once as B, F first; and
+  // either no W at all (the fused backward) or each pair once as W, after its B.
+  // state per pair: 0 nothing yet, 1 F ran, 2 B ran, 3 W ran.
   std::vector<char> state(static_cast<std::size_t>(v) * static_cast<std::size_t>(m), 0);
+  std::size_t weights = 0;
   for (std::size_t k = 0; k < schedule.size(); ++k) {
     const Action& a = schedule[k];
     const bool ok_ids = a.micro_batch >= 0 && a.micro_batch < m && a.chunk >= 0 && a.chunk < v;
     char& st = ok_ids ? state[static_cast<std::size_t>(a.chunk * m + a.micro_batch)] : state[0];
-    const bool ok = ok_ids && (a.pass == Pass::kForward ? st == 0 : st == 1);
-    DTL_REQUIRE_ARG(ok, "InterleavedStage::train_step", "schedule",
+    const char before = a.pass == Pass::kForward ? 0 : a.pass == Pass::kBackward ? 1 : a.pass == Pass::kWeight ? 2 : -1;
+    DTL_REQUIRE_ARG(ok_ids && st == before, "InterleavedStage::train_step", "schedule",
                     "action " + std::to_string(k) + " (" + schedule_string(schedule.subspan(k, 1)) +
-                        ") is out of range, repeated or a B before its F");
+                        ") is out of range, repeated, a B before its F or a W before its B");
     ++st;
+    if (a.pass == Pass::kWeight) ++weights;
   }
-  DTL_REQUIRE_ARG(schedule.size() == 2 * state.size(), "InterleavedStage::train_step", "schedule",
-                  "has " + std::to_string(schedule.size()) + " actions; it needs " + std::to_string(2 * state.size()));
+  const bool split = weights > 0;  // B and W apart (Note [Zero bubble])
+  DTL_REQUIRE_ARG(schedule.size() == (split ? 3 : 2) * state.size(), "InterleavedStage::train_step", "schedule",
+                  "has " + std::to_string(schedule.size()) + " actions; it needs " + std::to_string(2 * state.size()) +
+                      " (F and B of each micro-batch and chunk) or " + std::to_string(3 * state.size()) +
+                      " (F, B and W)");
 
   for (nn::Model& model : chunks_) model.zero_grad();
   loss_grads_.assign(static_cast<std::size_t>(m), nn::Tensor());
@@ -159,13 +171,17 @@ double InterleavedStage::train_step(const nn::Tensor& x, const nn::Tensor& targe
         send(y, k, i, true);
       }
       inputs[static_cast<std::size_t>(c * m + i)] = input;
-    } else {
+    } else if (a.pass == Pass::kBackward) {
       const nn::Tensor dy =
           k == last ? std::exchange(loss_grads_[static_cast<std::size_t>(i)], nn::Tensor()) : wait_receive(c, i, false);
-      const nn::Tensor& dx = model.backward(dy);
+      // Split: B only; the slot keeps what W reads (x, dy) until W releases it.
+      const nn::Tensor& dx = split ? model.backward_input(dy) : model.backward(dy);
       if (k > 0) send(dx, k, i, false);
-      model.release_slot(i);
+      if (!split) model.release_slot(i);
       inputs[static_cast<std::size_t>(c * m + i)] = nn::Tensor();
+    } else {
+      model.backward_weight();  // nothing to send: no other stage waits for a W
+      model.release_slot(i);
     }
   }
   if (!sends_.empty()) {

@@ -3,7 +3,8 @@
 // Note [Interleaving]'s definitions, never from interleaved_schedule()):
 //
 //   - run_interleaved(): the chunks of this rank (the test's even cut of the
-//     model into v P virtual stages) trained by InterleavedStage.
+//     model into v P virtual stages) trained by InterleavedStage; run_schedule()
+//     the same with any schedule (task G's ZB-H1, the test's 1F1B).
 #pragma once
 
 #include <algorithm>
@@ -22,10 +23,13 @@ struct InterleavedRun {
   std::vector<std::pair<int, int>> units;  // per chunk: [begin, end)
   std::vector<double> losses;              // per step, on rank P - 1 (0 elsewhere)
   std::int64_t messages = 0;               // sent by this rank in the last step
+  std::int64_t peak_activations = 0;       // this rank's peak kActivations bytes in the last step
 };
 
-inline InterleavedRun run_interleaved(ModelKind kind, int v, int m, int steps, std::int64_t global, int units,
-                                      std::uint64_t seed = 3, std::int64_t width = 16) {
+/// run_interleaved() with this rank's `schedule` given.
+inline InterleavedRun run_schedule(ModelKind kind, int v, int m, int steps, std::int64_t global, int units,
+                                   const std::vector<Action>& schedule, std::uint64_t seed = 3,
+                                   std::int64_t width = 16) {
   const int P = comm().size(), s = comm().rank();
   const std::vector<int> bounds = even_cut(units, v * P);
   std::vector<nn::Model> chunks;
@@ -46,10 +50,13 @@ inline InterleavedRun run_interleaved(ModelKind kind, int v, int m, int steps, s
     sgds.emplace_back(kSgd, values.back().numel());
   }
   lab07::InterleavedStage pipe(comm(), std::move(chunks), stages, m);
-  const std::vector<Action> schedule = lab07::interleaved_schedule(P, s, m, v);
+  auto& tracker = nn::memory_tracker();
   for (int step = 0; step < steps; ++step) {
     const Batch b = make_batch(kind, step, global, 0, global);
+    const std::int64_t before = tracker.current(nn::MemoryCategory::kActivations);
+    tracker.reset_peak();
     run.losses.push_back(pipe.train_step(b.x, b.y, schedule));
+    run.peak_activations = tracker.peak(nn::MemoryCategory::kActivations) - before;
     for (int c = 0; c < v; ++c) {
       const auto k = static_cast<std::size_t>(c);
       sgds[k].step(values[k].span<float>(), grads[k].span<float>());
@@ -58,6 +65,12 @@ inline InterleavedRun run_interleaved(ModelKind kind, int v, int m, int steps, s
   for (int c = 0; c < v; ++c) run.values.push_back(values_of(pipe.model(c)));
   run.messages = pipe.messages_sent();
   return run;
+}
+
+inline InterleavedRun run_interleaved(ModelKind kind, int v, int m, int steps, std::int64_t global, int units,
+                                      std::uint64_t seed = 3, std::int64_t width = 16) {
+  const std::vector<Action> schedule = lab07::interleaved_schedule(comm().size(), comm().rank(), m, v);
+  return run_schedule(kind, v, m, steps, global, units, schedule, seed, width);
 }
 
 }  // namespace lab07_test

@@ -63,7 +63,8 @@ namespace dtl::lab07 {
 //
 // Zero-bubble schedules (Qi et al., 2023) go further by splitting each backward
 // into its input gradient (needed by the previous stage at once) and its weight
-// gradient (which can wait and fill the bubble).
+// gradient (which can wait and fill the bubble): Note [Zero bubble] in
+// lab07/zero_bubble.h, task G, run by this same executor with one chunk.
 
 // ---------------------------------------------------------------------------
 // Task F: interleaved 1F1B (interleave.cc)
@@ -118,9 +119,15 @@ class InterleavedStage {
 
   /// @brief Runs one batch: zeroes every chunk's gradients, runs the schedule, leaves
   /// the gradients accumulated, returns after every send completed. Collective.
+  ///
+  /// A schedule with W actions (zb_h1_schedule(), lab07/zero_bubble.h) splits each
+  /// backward: B runs Model::backward_input() and sends dx, W runs
+  /// Model::backward_weight(), and the slot is released after W. The gradients are
+  /// the fused backward's bit for bit when the W's run in the B's order.
   /// @param[in] x the whole batch's input (read by virtual stage 0: rank 0, chunk 0).
   /// @param[in] targets the whole batch's targets (read by virtual stage V - 1).
-  /// @param[in] schedule this rank's actions: each (micro-batch, chunk) once as F and once as B, F first.
+  /// @param[in] schedule this rank's actions: each (micro-batch, chunk) once as F and once as B, F first;
+  ///            and either no W, or each pair once as W after its B.
   /// @return the batch's mean loss on rank P - 1; 0 on the others.
   /// @throws dtl::InvalidArgument naming "schedule" before any communication if it is not such a schedule.
   double train_step(const nn::Tensor& x, const nn::Tensor& targets, std::span<const Action> schedule);

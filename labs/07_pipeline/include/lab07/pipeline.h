@@ -24,6 +24,8 @@
 ///     so that a micro-batch's backward uses the weights its forward used (WeightStash);
 ///   - Task F (interleave.cc): Megatron's interleaved 1F1B, v chunks per rank
 ///     (lab07/interleave.h: interleaved_schedule(), run by the given InterleavedStage);
+///   - Task G (zero_bubble.cc): the zero-bubble schedule ZB-H1, each backward split
+///     into B and W (lab07/zero_bubble.h: zb_h1_schedule(), run by InterleavedStage);
 ///   - Task E (grid.cc): pipelines side by side, data parallel across them:
 ///     sub-communicators and the gradient average per stage (lab07/grid.h:
 ///     make_grid(), allreduce_data_parallel_gradients()).
@@ -35,7 +37,8 @@
 /// See Note [The bubble], Note [GPipe and 1F1B], Note [Activation slots],
 /// Note [Deadlock-free ordering], Note [A stage on a GPU], Note [Activation checkpointing],
 /// Note [Weight stashing], Note [Balancing stages] and Note [Pipeline x data parallel]
-/// below, and Note [Interleaving] in lab07/interleave.h; the handout and the slides
+/// below, Note [Interleaving] in lab07/interleave.h and Note [Zero bubble] in
+/// lab07/zero_bubble.h; the handout and the slides
 /// refer to them.
 ///
 /// Do not edit this header: the grader compiles your src/ against its own copy.
@@ -252,13 +255,14 @@ namespace dtl::lab07 {
 // Schedules: what a stage runs, in order
 // ---------------------------------------------------------------------------
 
-/// @brief Which pass of a micro-batch: forward or backward.
+/// @brief Which pass of a micro-batch: forward or backward (or, split, B and W).
 enum class Pass : char {
   kForward = 'F',   ///< the stage's forward of one micro-batch
-  kBackward = 'B',  ///< the stage's backward of one micro-batch
+  kBackward = 'B',  ///< the stage's backward of one micro-batch; with kWeight in the schedule, its input half
+  kWeight = 'W',    ///< the weight half of a split backward (lab07/zero_bubble.h); only InterleavedStage runs it
 };
 
-/// @brief One step of a stage's schedule: F or B of one micro-batch (on one chunk).
+/// @brief One step of a stage's schedule: F, B (or W) of one micro-batch (on one chunk).
 struct Action {
   Pass pass = Pass::kForward;  ///< forward or backward
   int micro_batch = 0;   ///< which micro-batch, in [0, m)
