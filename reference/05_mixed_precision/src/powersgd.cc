@@ -71,7 +71,8 @@ void PowerSgd::average(Communicator& backend, float* grads, std::size_t count) {
   // | call. Every other matrix is averaged exactly. The first options_.warmup_steps calls
   // | (steps_ counts every call) are one exact average of the whole gradient instead, Q and
   // | errors untouched. Over `backend`: f32 allreduces only, bytes_at_step() bytes in all,
-  // | waited for (Note [Warm-up and power iterations]; handout Task D, Hints 1-3).
+  // | each waited for before returning. See Note [Warm-up and power iterations] and
+  // | handout Task D, Hints 1-3.
   const float world = static_cast<float>(backend.world_size());
   const std::int64_t step = steps_++;
 
