@@ -182,13 +182,15 @@ class PowerSgd {
   void average(Communicator& backend, float* grads, std::size_t count);
 
   /// @brief This object as a StepHooks::average: a MixedPrecisionTrainer's gradient bucket
-  /// (16-bit or f32) is widened to fp32, average()d, and rounded back.
+  /// (16-bit; an f32 buffer handed to it directly is average()d as it is) is widened to
+  /// fp32, average()d, and rounded back.
   ///
   /// The trainer must hand it the whole gradient as one bucket (bucket_cap_bytes at least
   /// the gradient's bytes); the placement is moot (the sums are fp32, the divide is on Q).
-  /// The error feedback holds the gradients as they arrive, so use it with a constant
-  /// loss scale (bf16 or fp32 with ScalingMode::kNone, or kStatic). This object must
-  /// outlive the trainer.
+  /// A trainer calls its hooks in fp16 and bf16 only (Precision::kF32 averages with its own
+  /// f32 allreduce). The error feedback holds the gradients as they arrive, so use it with
+  /// a constant loss scale (bf16 with ScalingMode::kNone, or ScalingMode::kStatic). This
+  /// object must outlive the trainer.
   /// @return the hook.
   decltype(StepHooks::average) hook();
 
