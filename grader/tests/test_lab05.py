@@ -1,7 +1,7 @@
-"""Lab 05 end to end: `grade.py 05 --reference` gives 148 / 148 without a GPU
-(125 public CPU points, 10 for speed and 13 example hidden ones; the two 5-point GPU
+"""Lab 05 end to end: `grade.py 05 --reference` gives 153 / 153 without a GPU
+(130 public CPU points, 10 for speed and 13 example hidden ones; the two 5-point GPU
 items are reported as "not gradable without a GPU" and left out of the total),
-158 / 158 with one; `--skeleton` gives 0 fast, every item saying what is not implemented yet;
+163 / 163 with one; `--skeleton` gives 0 fast, every item saying what is not implemented yet;
 one fault in one task costs that task's items (and "A+B+C") only; the handout's
 points table lists every rubric item (public, GPU and hidden) with its points."""
 import re
@@ -49,10 +49,10 @@ class TestLab05Reference(helpers.GraderAssertions, unittest.TestCase):
     def test_full_marks_for_what_this_machine_can_grade(self):
         self.assertEqual(self.graded.returncode, 0, self.graded.output[-3000:])
         self.assertGradescopeJson(self.graded)
-        self.assertEqual(self.graded.json["score"], (158 if HAVE_GPU else 148) - self.graded.speed_out())
-        self.assertEqual(self.graded.json["max_score"], (158 if HAVE_GPU else 148) - self.graded.speed_out())
-        # 13 CPU items (A1-C4, A+B+C, D1-D3) + 2 GPU items + 1 speed item + 4 example hidden items
-        self.assertEqual(len(self.graded.json["tests"]), 20)
+        self.assertEqual(self.graded.json["score"], (163 if HAVE_GPU else 153) - self.graded.speed_out())
+        self.assertEqual(self.graded.json["max_score"], (163 if HAVE_GPU else 153) - self.graded.speed_out())
+        # 14 CPU items (A1-C4, A+B+C, D1-D4) + 2 GPU items + 1 speed item + 4 example hidden items
+        self.assertEqual(len(self.graded.json["tests"]), 21)
         self.assertFullMarks(gradable(self.graded.json["tests"]))
 
 
@@ -132,7 +132,7 @@ FAULTS = {
           ("C2.", "C4.", "A+B+C.", "Hidden C.")),
     # Task D: no error feedback (the error is computed but never added back).
     "D": ("powersgd.cc", "PowerSgd::average",
-          "    for (std::int64_t k = 0; k < n * m; ++k) mat[k] += error_[i][static_cast<std::size_t>(k)];\n", "",
+          "    for (std::size_t k = 0; k < error_[i].size(); ++k) mat[k] += error_[i][k];\n", "",
           ("D2.", "Hidden D.")),
 }
 

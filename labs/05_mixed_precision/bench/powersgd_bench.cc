@@ -8,13 +8,18 @@
 //   bf16        Precision::kBF16, allreduce_mean_half(): the uncompressed 16-bit run
 //   powersgd rN Precision::kBF16 with PowerSgd::hook() of rank N (1, 2, 4) in
 //               allreduce_mean_half()'s place; P and Q travel in fp32
-// Counters: bytes per rank per step on the wire (the trainer's comm_bytes for the
-// allreduce rows; PowerSgd::bytes_per_step() for PowerSGD), the median step and
-// averaging time, and the loss: the mean of the last 10 steps' losses. The task
+//   powersgd rN wu10 it3   the same with Note [Warm-up and power iterations]'s
+//               practice: 10 uncompressed warm-up steps, 3 power iterations per step
+// Counters: bytes per rank per step on the wire, averaged over the run (the
+// trainer's comm_bytes for the allreduce rows; PowerSgd::bytes_at_step() for
+// PowerSGD, so the warm-up's fp32 steps count) and in the steady state after the
+// warm-up (bytes_per_step()), the median step and averaging time, and the loss:
+// the mean of the last 10 steps' losses. The task
 // is learnable and not memorised: fresh inputs every step, labels from a fixed
 // random linear "teacher". After the rows rank 0 prints the table, with each
 // run's bytes and final loss against the fp32 run's (the goal: PowerSGD
-// rank 2 at <= 0.1x fp32's bytes, final loss within 5%).
+// rank 2 at <= 0.1x fp32's bytes, final loss within 5%). DTL_POWERSGD_SEED=k (k > 0)
+// draws another teacher and other batches, for the same table on other data.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -44,11 +49,13 @@ struct Scheme {
   std::string name;
   Precision precision;
   int rank;  // PowerSGD's r; 0: no compression
+  int warmup_steps = 0;
+  int power_iterations = 1;
 };
 
 struct Outcome {
   std::string row;
-  double bytes = 0, step_ms = 0, comm_ms = 0, loss = 0, first_loss = 0;
+  double bytes = 0, steady_bytes = 0, step_ms = 0, comm_ms = 0, loss = 0, first_loss = 0;
 };
 std::vector<Outcome>& outcomes() {
   static std::vector<Outcome> all;
@@ -68,16 +75,28 @@ int steps() {
   return n;
 }
 
+// The data's seed: 0 (the default: the rows in RESULTS.md), or DTL_POWERSGD_SEED.
+std::uint64_t data_seed() {
+  static const std::uint64_t seed = [] {
+    const char* env = std::getenv("DTL_POWERSGD_SEED");
+    if (env == nullptr) return 0;
+    const int v = std::atoi(env);
+    if (v < 0) throw dtl::Error("DTL_POWERSGD_SEED is " + std::string(env) + "; it must be a number >= 0");
+    return v;
+  }();
+  return seed;
+}
+
 // Rows [rank b, (rank + 1) b) of step `step`'s global batch: x ~ N(0, 1), y = argmax(T x)
 // for a fixed 10 x kIn teacher T. The same for every scheme.
 void make_batch(int step, int rank, nn::Tensor& x, nn::Tensor& y) {
   static const std::vector<float> teacher = [] {
-    dtl::Rng rng(4242);
+    dtl::Rng rng(4242 + 7919 * data_seed());
     std::vector<float> t(static_cast<std::size_t>(kClasses * kIn));
     for (float& v : t) v = static_cast<float>(rng.normal());
     return t;
   }();
-  dtl::Rng rng(1000003ull * static_cast<std::uint64_t>(step) + static_cast<std::uint64_t>(rank));
+  dtl::Rng rng(1000003ull * static_cast<std::uint64_t>(step) + static_cast<std::uint64_t>(rank) + (data_seed() << 40));
   float* xs = x.data<float>();
   for (std::int64_t i = 0; i < kBatch * kIn; ++i) xs[i] = static_cast<float>(rng.normal());
   for (std::int64_t r = 0; r < kBatch; ++r) {
@@ -101,7 +120,10 @@ void train_row(benchmark::State& state, const std::string& row, const std::strin
   o.scaler = scheme.precision == Precision::kF16 ? LossScalerOptions{.mode = ScalingMode::kStatic, .init_scale = 256.0f}
                                                  : LossScalerOptions{.mode = ScalingMode::kNone};
   if (scheme.rank > 0) {
-    psgd = std::make_unique<PowerSgd>(matrix_layout(model), PowerSgdOptions{.rank = scheme.rank});
+    psgd = std::make_unique<PowerSgd>(matrix_layout(model),
+                                      PowerSgdOptions{.rank = scheme.rank,
+                                                      .warmup_steps = scheme.warmup_steps,
+                                                      .power_iterations = scheme.power_iterations});
     o.hooks.average = psgd->hook();
   }
   MixedPrecisionTrainer trainer(c, model, o);
@@ -124,15 +146,16 @@ void train_row(benchmark::State& state, const std::string& row, const std::strin
       comm_s.push_back(averaging);
       if (step == 0) out.first_loss = r.loss;
       if (step >= n - 10) out.loss += r.loss / 10;
-      if (!psgd) out.bytes = static_cast<double>(r.comm_bytes);
+      out.bytes += static_cast<double>(psgd ? psgd->bytes_at_step(step) : r.comm_bytes) / n;
     }
     state.SetIterationTime(dtl::bench::median(step_s) * n);
   }
-  if (psgd) out.bytes = static_cast<double>(psgd->bytes_per_step());
+  out.steady_bytes = psgd ? static_cast<double>(psgd->bytes_per_step()) : out.bytes;
   out.step_ms = dtl::bench::median(step_s) * 1e3;
   out.comm_ms = dtl::bench::median(comm_s) * 1e3;
   state.counters["impl_ms"] = out.step_ms;
   state.counters["bytes"] = out.bytes;
+  state.counters["steady_bytes"] = out.steady_bytes;
   outcomes().push_back(out);
 }
 
@@ -142,7 +165,10 @@ void register_rows() {
                                        {"bf16", Precision::kBF16, 0},
                                        {"powersgd r1", Precision::kBF16, 1},
                                        {"powersgd r2", Precision::kBF16, 2},
-                                       {"powersgd r4", Precision::kBF16, 4}};
+                                       {"powersgd r4", Precision::kBF16, 4},
+                                       {"powersgd r1 wu10 it3", Precision::kBF16, 1, 10, 3},
+                                       {"powersgd r2 wu10 it3", Precision::kBF16, 2, 10, 3},
+                                       {"powersgd r4 wu10 it3", Precision::kBF16, 4, 10, 3}};
   std::vector<std::string> links = {"mpi-half", "1GbE"};
   if (dtl::bench::quick()) links = {"mpi-half"};
   for (const std::string& label : links) {
@@ -161,12 +187,12 @@ void register_rows() {
 void print_table() {
   if (outcomes().empty() || comm().rank() != 0) return;
   std::printf("\n# PowerSGD against 16-bit and fp32 averaging: %d ranks, %d steps of the MLP (%lld rows per rank, "
-              "fresh inputs each step, teacher labels), AdamW lr 1e-3, from the same weights.\n",
-              comm().size(), steps(), static_cast<long long>(kBatch));
-  std::printf("# bytes: per rank per step; loss: mean of the last 10 steps; x fp32: against the fp32 run of the same "
-              "link.\n");
-  std::printf("%-34s %12s %9s %9s %10s %9s %9s %9s\n", "run", "bytes/step", "x fp32", "step ms", "average ms",
-              "loss@1", "loss", "x fp32");
+              "fresh inputs each step, teacher labels, data seed %llu), AdamW lr 1e-3, from the same weights.\n",
+              comm().size(), steps(), static_cast<long long>(kBatch), static_cast<unsigned long long>(data_seed()));
+  std::printf("# bytes: per rank per step, the mean over the run (warm-up included) and after the warm-up; loss: mean of "
+              "the last 10 steps; x fp32: against the fp32 run of the same link.\n");
+  std::printf("%-42s %12s %9s %12s %9s %9s %10s %9s %9s %9s\n", "run", "bytes/step", "x fp32", "steady", "x fp32",
+              "step ms", "average ms", "loss@1", "loss", "x fp32");
   std::map<std::string, const Outcome*> fp32;
   for (const Outcome& o : outcomes()) {
     if (o.row.ends_with("/fp32")) fp32[o.row.substr(0, o.row.size() - 5)] = &o;
@@ -174,8 +200,9 @@ void print_table() {
   for (const Outcome& o : outcomes()) {
     const auto it = fp32.find(o.row.substr(0, o.row.rfind('/')));
     const Outcome* base = it == fp32.end() ? &o : it->second;
-    std::printf("%-34s %12.0f %9.3f %9.2f %10.2f %9.4f %9.4f %9.3f\n", o.row.c_str(), o.bytes, o.bytes / base->bytes,
-                o.step_ms, o.comm_ms, o.first_loss, o.loss, o.loss / base->loss);
+    std::printf("%-42s %12.0f %9.3f %12.0f %9.3f %9.2f %10.2f %9.4f %9.4f %9.3f\n", o.row.c_str(), o.bytes,
+                o.bytes / base->bytes, o.steady_bytes, o.steady_bytes / base->bytes, o.step_ms, o.comm_ms, o.first_loss,
+                o.loss, o.loss / base->loss);
   }
   std::fflush(stdout);
 }

@@ -50,6 +50,10 @@ PowerSgd::PowerSgd(std::vector<MatrixShape> layout, PowerSgdOptions options)
                   "is " + std::to_string(options_.rank) + ", must be > 0 (it is clamped to min(n, m) per matrix)");
   DTL_REQUIRE_ARG(options_.min_compress_elements >= 0, "PowerSgd", "options.min_compress_elements",
                   "is " + std::to_string(options_.min_compress_elements) + ", must be >= 0");
+  DTL_REQUIRE_ARG(options_.warmup_steps >= 0, "PowerSgd", "options.warmup_steps",
+                  "is " + std::to_string(options_.warmup_steps) + ", must be >= 0 (0: compress from the first call)");
+  DTL_REQUIRE_ARG(options_.power_iterations >= 1, "PowerSgd", "options.power_iterations",
+                  "is " + std::to_string(options_.power_iterations) + ", must be >= 1");
   for (std::size_t i = 0; i < layout_.size(); ++i) {
     const MatrixShape s = layout_[i];
     DTL_REQUIRE_ARG(s.rows > 0 && s.cols > 0, "PowerSgd", "layout",
@@ -76,9 +80,14 @@ std::size_t PowerSgd::bytes_per_step() const noexcept {
   std::size_t elements = 0;
   for (std::size_t i = 0; i < layout_.size(); ++i) {
     const MatrixShape s = layout_[i];
-    elements += static_cast<std::size_t>(ranks_[i] > 0 ? (s.rows + s.cols) * ranks_[i] : s.rows * s.cols);
+    elements += static_cast<std::size_t>(ranks_[i] > 0 ? (s.rows + s.cols) * ranks_[i] * options_.power_iterations
+                                                       : s.rows * s.cols);
   }
   return elements * sizeof(float);
+}
+
+std::size_t PowerSgd::bytes_at_step(std::int64_t step) const noexcept {
+  return step < options_.warmup_steps ? count_ * sizeof(float) : bytes_per_step();
 }
 
 decltype(StepHooks::average) PowerSgd::hook() {

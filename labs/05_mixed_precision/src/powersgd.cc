@@ -14,7 +14,9 @@
 //
 // Communication per call: one f32 allreduce of every P, one of every Q, one of
 // the uncompressed gradients. That is PyTorch's batching too (its hook packs
-// the P's and the Q's of a bucket into one tensor each).
+// the P's and the Q's of a bucket into one tensor each). With more power
+// iterations, one more P and one more Q allreduce per round; in the warm-up,
+// one allreduce of the whole gradient (Note [Warm-up and power iterations]).
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -49,10 +51,13 @@ void PowerSgd::average(Communicator& backend, float* grads, std::size_t count) {
   // TODO(student): On return every rank's grads holds the same compressed mean of Note [PowerSGD]: each
   //   compressed matrix i (ranks_[i] > 0, at offsets_[i], layout_[i], Q in q_[i], this rank's
   //   error in error_[i]) is replaced by its rank-r picture (P times Q transposed) after error
-  //   feedback, one power-iteration step from q_[i], orthonormalize_columns(), and the Q's
-  //   averaged; q_[i] and error_[i] updated for the next call. Every other matrix is averaged
-  //   exactly. Over `backend`: f32 allreduces only, at most three, bytes_per_step() bytes in
-  //   all, waited for (handout Task D, Hints 1-3).
+  //   feedback, options_.power_iterations power-iteration steps from q_[i], each with
+  //   orthonormalize_columns() and the Q's averaged; q_[i] and error_[i] updated for the next
+  //   call. Every other matrix is averaged exactly. The first options_.warmup_steps calls
+  //   (steps_ counts every call) are one exact average of the whole gradient instead, Q and
+  //   errors untouched. Over `backend`: f32 allreduces only, bytes_at_step() bytes in all,
+  //   each waited for before returning. See Note [Warm-up and power iterations] and
+  //   handout Task D, Hints 1-3.
   throw dtl::NotImplemented("PowerSgd::average");
 }
 

@@ -10,6 +10,9 @@
 //     RecordingCommunicator at the interface;
 //   - the error-feedback identity: sum_t mean(G_t) = sum_t out_t + mean(e_T),
 //     with the means taken by the vendor MPI_Allreduce;
+//   - Note [Warm-up and power iterations]: the warm-up's bytes (fp32's, counted at
+//     the interface) and its exact mean; the best rank-2 picture of a mean built
+//     from known singular vectors, reached by many power iterations;
 //   - training: the loss of PowerSGD rank 2 against one fp32 process.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -281,6 +284,158 @@ TEST(PowerSgdErrors, BadRankSizesAndCountsAreNamed) {
   // Still usable after the refusal (nothing was sent): every rank averages together.
   psgd.average(*backend_, grads.data(), grads.size());
   for (std::size_t k = 16; k < 20; ++k) EXPECT_EQ(grads[k], 1.0f) << "the bias of all ones averages to 1";
+}
+
+// ---------------------------------------------------------------------------
+// Note [Warm-up and power iterations]
+// ---------------------------------------------------------------------------
+
+// Warm-up 3: calls 0-2 send exactly fp32's bytes (one allreduce of every element)
+// and return the exact mean, Q and the errors untouched; calls 3-5 send rank r's
+// bytes and are the plain step from its start (the double oracle, warm-up included).
+TEST(PowerSgdWarmup, SendsFp32BytesThenRankRBytes) {
+  auto inner = backend();
+  dtl::testing::RecordingCommunicator rec(*inner);
+  const int w = comm().size(), me = comm().rank();
+  const std::vector<MatrixShape> layout = {{64, 48}, {48, 1}, {10, 48}, {3, 3}};
+  const PowerSgdOptions options{.rank = 2, .warmup_steps = 3};
+  const std::size_t count = 64 * 48 + 48 + 10 * 48 + 9;
+  const std::size_t fp32 = count * sizeof(float);
+  const std::size_t rank_two = ((64 + 48) * 2 + (10 + 48) * 2 + 48 + 9) * sizeof(float);
+  lab05::PowerSgd psgd(layout, options);
+  Oracle oracle(layout, options, w);
+  for (int call = 0; call < 6; ++call) {
+    rec.clear();
+    std::vector<std::vector<double>> all;
+    for (int r = 0; r < w; ++r) all.push_back(gradient(count, r, 20 + call));
+    const std::vector<double> expected = oracle.step(all);
+    std::vector<float> grads(all[static_cast<std::size_t>(me)].begin(), all[static_cast<std::size_t>(me)].end());
+    psgd.average(rec, grads.data(), grads.size());
+    EXPECT_EQ(psgd.steps(), call + 1) << "call " << call;
+    const std::size_t bytes = rec.bytes(dtl::CollectiveKind::kAllreduce);
+    EXPECT_EQ(bytes, call < 3 ? fp32 : rank_two) << "call " << call << " (warm-up: calls 0-2)";
+    EXPECT_EQ(psgd.bytes_at_step(call), call < 3 ? fp32 : rank_two) << "call " << call;
+    for (const auto& op : rec.ops()) EXPECT_EQ(op.dtype, dtl::DType::kF32) << "call " << call;
+    EXPECT_LE(max_gap(grads, expected), 2e-4) << "call " << call;
+    if (call < 3) {
+      EXPECT_EQ(rec.ops().size(), 1u) << "call " << call << ": the warm-up is one allreduce of the whole gradient";
+      // The exact mean, by the vendor MPI in double.
+      const std::vector<double> sum = sum_over_ranks(std::vector<float>(all[static_cast<std::size_t>(me)].begin(),
+                                                                      all[static_cast<std::size_t>(me)].end()));
+      std::vector<double> mean(count);
+      for (std::size_t k = 0; k < count; ++k) mean[k] = sum[k] / w;
+      EXPECT_LE(max_gap(grads, mean), 1e-6) << "call " << call << ": the warm-up is the exact average";
+      for (std::size_t row = 0; row < 48; ++row) {
+        for (int c = 0; c < 2; ++c) {
+          EXPECT_EQ(psgd.q(0)[row * 2 + c], lab05::initial_q(options.seed, 0, static_cast<std::int64_t>(row), c))
+              << "call " << call << ": the warm-up leaves Q as initial_q() made it";
+        }
+      }
+      for (float e : psgd.error(0)) ASSERT_EQ(e, 0.0f) << "call " << call << ": the warm-up leaves the errors at 0";
+    } else {
+      EXPECT_LE(max_gap(psgd.q(0), oracle.q[0]), 2e-4) << "call " << call;
+      EXPECT_LE(max_gap(psgd.error(0), oracle.error[static_cast<std::size_t>(me)][0]), 2e-4) << "call " << call;
+    }
+    EXPECT_TRUE(same_on_every_rank(grads)) << "call " << call;
+  }
+  // An empty layout sends nothing, in the warm-up too, and still counts the call.
+  rec.clear();
+  lab05::PowerSgd empty({}, {.warmup_steps = 2});
+  empty.average(rec, nullptr, 0);
+  EXPECT_EQ(rec.ops().size(), 0u);
+  EXPECT_EQ(empty.steps(), 1);
+}
+
+// Bad options are named; warmup_steps = 0 compresses from the first call.
+TEST(PowerSgdWarmup, BadOptionsNamedAndNoWarmupCompressesAtOnce) {
+  const std::string me = "rank " + std::to_string(comm().rank());
+  std::string m = invalid_argument_message([] { lab05::PowerSgd({{4, 4}}, {.warmup_steps = -1}); });
+  EXPECT_NE(m.find("options.warmup_steps"), std::string::npos) << m;
+  EXPECT_NE(m.find(me), std::string::npos) << m;
+  for (int it : {0, -3}) {
+    m = invalid_argument_message([it] { lab05::PowerSgd({{4, 4}}, {.power_iterations = it}); });
+    EXPECT_NE(m.find("options.power_iterations"), std::string::npos) << m;
+    EXPECT_NE(m.find(me), std::string::npos) << m;
+  }
+  auto inner = backend();
+  dtl::testing::RecordingCommunicator rec(*inner);
+  lab05::PowerSgd psgd({{4, 4}}, {.rank = 1, .min_compress_elements = 0, .warmup_steps = 0});
+  std::vector<float> grads(16, 1.0f);
+  psgd.average(rec, grads.data(), grads.size());
+  EXPECT_EQ(rec.bytes(dtl::CollectiveKind::kAllreduce), (4 + 4) * 1 * sizeof(float)) << "no warm-up: P and Q at once";
+  for (float g : grads) EXPECT_NEAR(g, 1.0f, 1e-5) << "the all-ones mean is rank 1: exact";
+  EXPECT_EQ(psgd.steps(), 1);
+}
+
+// Three power iterations per call: every call against the double oracle, and
+// 3 (n + m) r floats per compressed matrix in at most 1 + 2 * 3 allreduces.
+TEST(PowerSgdIterations, EveryStepMatchesTheDoubleOracle) {
+  auto inner = backend();
+  dtl::testing::RecordingCommunicator rec(*inner);
+  const int w = comm().size(), me = comm().rank();
+  PowerSgdOptions options = kOptions;
+  options.power_iterations = 3;
+  lab05::PowerSgd psgd(kLayout, options);
+  Oracle oracle(kLayout, options, w);
+  const std::size_t expected_bytes = (3 * ((6 + 4) * 2 + (8 + 5) * 2 + (2 + 7) * 2) + 5 + 9) * sizeof(float);
+  EXPECT_EQ(psgd.bytes_per_step(), expected_bytes);
+  for (int step = 0; step < 3; ++step) {
+    rec.clear();
+    std::vector<std::vector<double>> all;
+    for (int r = 0; r < w; ++r) all.push_back(gradient(oracle.count, r, 40 + step));
+    const std::vector<double> expected = oracle.step(all);
+    std::vector<float> grads(all[static_cast<std::size_t>(me)].begin(), all[static_cast<std::size_t>(me)].end());
+    psgd.average(rec, grads.data(), grads.size());
+    EXPECT_LE(max_gap(grads, expected), 2e-4) << "step " << step;
+    EXPECT_LE(max_gap(psgd.q(3), oracle.q[3]), 2e-4) << "step " << step << ", Q of matrix 3";
+    EXPECT_LE(max_gap(psgd.error(3), oracle.error[static_cast<std::size_t>(me)][3]), 2e-4) << "step " << step;
+    EXPECT_EQ(rec.bytes(dtl::CollectiveKind::kAllreduce), expected_bytes) << "step " << step;
+    EXPECT_LE(rec.ops().size(), 7u) << "step " << step;
+    EXPECT_TRUE(same_on_every_rank(grads)) << "step " << step;
+  }
+}
+
+// A closed form: the mean is 8 u1 v1^T + 4 u2 v2^T + 2 u3 v3^T + u4 v4^T (orthonormal
+// u's and v's: columns of Householder reflections), each rank adding a deviation that
+// cancels over the ranks. Many power iterations at r = 2 give its best rank-2
+// picture, 8 u1 v1^T + 4 u2 v2^T, at the first call; one iteration from the random
+// first Q does not.
+TEST(PowerSgdIterations, ManyIterationsGiveTheBestRankRPicture) {
+  auto backend_ = backend();
+  const int w = comm().size(), me = comm().rank();
+  constexpr int n = 6, m = 5;
+  auto householder = [](std::vector<double> v) {  // I - 2 v v^T / v^T v, row-major
+    const auto k = static_cast<int>(v.size());
+    double vv = 0.0;
+    for (double x : v) vv += x * x;
+    std::vector<double> h(static_cast<std::size_t>(k * k));
+    for (int i = 0; i < k; ++i) {
+      for (int j = 0; j < k; ++j) h[static_cast<std::size_t>(i * k + j)] = (i == j ? 1.0 : 0.0) - 2.0 * v[static_cast<std::size_t>(i)] * v[static_cast<std::size_t>(j)] / vv;
+    }
+    return h;
+  };
+  const std::vector<double> u = householder({1, 2, 3, 4, 5, 6}), v = householder({1, -1, 2, 0, 3});
+  const double sigma[4] = {8, 4, 2, 1};
+  std::vector<double> best(n * m, 0.0), mine(n * m, 0.0);
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < m; ++j) {
+      double full = 0.0;
+      for (int k = 0; k < 4; ++k) full += sigma[k] * u[static_cast<std::size_t>(i * n + k)] * v[static_cast<std::size_t>(j * m + k)];
+      for (int k = 0; k < 2; ++k) best[static_cast<std::size_t>(i * m + j)] += sigma[k] * u[static_cast<std::size_t>(i * n + k)] * v[static_cast<std::size_t>(j * m + k)];
+      const double deviation = (me - (w - 1) / 2.0) * 0.25 * std::sin(1.0 + i * m + j);  // sums to 0 over the ranks
+      mine[static_cast<std::size_t>(i * m + j)] = full + deviation;
+    }
+  }
+  for (int iterations : {40, 1}) {
+    lab05::PowerSgd psgd({{n, m}}, {.rank = 2, .min_compress_elements = 0, .power_iterations = iterations});
+    std::vector<float> grads(mine.begin(), mine.end());
+    psgd.average(*backend_, grads.data(), grads.size());
+    if (iterations > 1) {
+      EXPECT_LE(max_gap(grads, best), 1e-4) << iterations << " power iterations";
+    } else {
+      EXPECT_GT(max_gap(grads, best), 1e-2) << "one iteration from a random Q: the test would be empty";
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------

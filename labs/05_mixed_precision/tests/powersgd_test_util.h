@@ -88,15 +88,20 @@ inline bool same_on_every_rank(const std::vector<float>& values) {
   return all == 1;
 }
 
-/// Note [PowerSGD] in double, for W simulated ranks: Q and every rank's error.
+/// Note [PowerSGD] in double, for W simulated ranks: Q and every rank's error; with
+/// Note [Warm-up and power iterations]'s warm-up calls and extra rounds.
 struct Oracle {
   std::vector<lab05::MatrixShape> layout;
+  int warmup = 0;                                  // options.warmup_steps
+  int iterations = 1;                              // options.power_iterations
+  int calls = 0;                                   // step()s so far
   std::vector<int> ranks;                          // r per matrix, 0 = uncompressed (the header's rule)
   std::vector<std::vector<double>> q;              // m x r per matrix
   std::vector<std::vector<std::vector<double>>> error;  // [rank][matrix] n x m
   std::size_t count = 0;
 
-  Oracle(std::vector<lab05::MatrixShape> shapes, const lab05::PowerSgdOptions& o, int world) : layout(std::move(shapes)) {
+  Oracle(std::vector<lab05::MatrixShape> shapes, const lab05::PowerSgdOptions& o, int world)
+      : layout(std::move(shapes)), warmup(o.warmup_steps), iterations(o.power_iterations) {
     error.resize(static_cast<std::size_t>(world));
     for (std::size_t i = 0; i < layout.size(); ++i) {
       const std::int64_t n = layout[i].rows, m = layout[i].cols;
@@ -116,6 +121,12 @@ struct Oracle {
   std::vector<double> step(const std::vector<std::vector<double>>& grads) {
     const auto w = static_cast<int>(grads.size());
     std::vector<double> out(count, 0.0);
+    if (calls++ < warmup) {  // the warm-up: the exact mean of everything, nothing else changes
+      for (std::size_t k = 0; k < count; ++k) {
+        for (int x = 0; x < w; ++x) out[k] += grads[static_cast<std::size_t>(x)][k] / w;
+      }
+      return out;
+    }
     std::size_t at = 0;
     for (std::size_t i = 0; i < layout.size(); ++i) {
       const std::int64_t n = layout[i].rows, m = layout[i].cols, r = ranks[i];
@@ -134,6 +145,26 @@ struct Oracle {
                                 grads[static_cast<std::size_t>(x)].begin() + static_cast<std::ptrdiff_t>(at + nm));
         for (std::size_t k = 0; k < nm; ++k) mat[k] += error[static_cast<std::size_t>(x)][i][k];
         mats.push_back(std::move(mat));
+      }
+      // The extra rounds: P = GS(sum M Q), Q = mean M^T P, kept.
+      for (int round = 1; round < iterations; ++round) {
+        std::vector<double> p(static_cast<std::size_t>(n * r), 0.0), qm(static_cast<std::size_t>(m * r), 0.0);
+        for (const auto& mat : mats) {
+          for (std::int64_t row = 0; row < n; ++row) {
+            for (std::int64_t c = 0; c < r; ++c) {
+              for (std::int64_t col = 0; col < m; ++col) p[static_cast<std::size_t>(row * r + c)] += mat[el(row, col)] * q[i][static_cast<std::size_t>(col * r + c)];
+            }
+          }
+        }
+        gram_schmidt(p, n, r);
+        for (const auto& mat : mats) {
+          for (std::int64_t col = 0; col < m; ++col) {
+            for (std::int64_t c = 0; c < r; ++c) {
+              for (std::int64_t row = 0; row < n; ++row) qm[static_cast<std::size_t>(col * r + c)] += mat[el(row, col)] * p[static_cast<std::size_t>(row * r + c)] / w;
+            }
+          }
+        }
+        q[i] = qm;
       }
       std::vector<double> p(static_cast<std::size_t>(n * r), 0.0);
       for (const auto& mat : mats) {

@@ -69,10 +69,39 @@ namespace dtl::lab05 {
 // nothing is left out on average (sum_w e_w = 0).
 //
 // Bytes per step, in fp32: sum over compressed matrices of (n + m) r, plus every
-// uncompressed element, times 4. PyTorch's powerSGD_hook differs in two ways:
+// uncompressed element, times 4 (times PowerSgdOptions::power_iterations for the
+// (n + m) r part: Note [Warm-up and power iterations]). PyTorch's powerSGD_hook
+// differs in two ways:
 // it keeps e_w = M_w - P Q^T with the averaged Q (here: this rank's own Q_w, as
 // Vogels et al.'s Algorithm 2; both leave sum_w e_w the same), and it works on
 // the tensors of each bucket (here: the whole gradient is one bucket).
+
+// Note [Warm-up and power iterations]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Two knobs of practice, both off by default (the plain step above):
+//
+// Warm-up (PowerSgdOptions::warmup_steps = K; PyTorch's start_powerSGD_iter, the
+// reference code's start_compressing_after_num_steps). Calls 0 .. K-1 of
+// average() are an exact fp32 average of the whole gradient: one allreduce of all
+// `count` floats, fp32's bytes; Q and the errors are not touched, so call K is the
+// plain step's first call (Q = initial_q(), zero errors). The first steps of a
+// training run are the ones a rank-r picture serves worst: Q starts random and
+// needs steps to turn toward the gradient's top subspace, and what error feedback
+// holds back arrives late just while the loss falls fastest. A few uncompressed
+// steps cost K times fp32's bytes once; over T steps the run sends on average
+// (K fp32 + (T - K) compressed) / T.
+//
+// Power iterations (PowerSgdOptions::power_iterations = I >= 1; the reference
+// code's num_iters_per_step). Each call runs I power-iteration steps on the same
+// M = G + e: before the step above, I - 1 rounds of
+//
+//     P = orthonormalize(sum_w M_w Q);   Q = (1/W) sum_w M_w^T P
+//
+// each with its two allreduces (P summed, Q averaged, as above), and keeps that Q;
+// the last round is the step above (it sets e_w and the result). P then spans the
+// mean's top-r subspace more closely (as I grows, P Q^T tends to the mean's best
+// rank-r approximation when its r-th and (r+1)-th singular values differ); the
+// price is I (n + m) r floats per matrix, and 1 + 2 I allreduces per call.
 
 /// @brief One gradient seen as a matrix: rows x cols, row-major, in the flat gradient.
 struct MatrixShape {
@@ -92,6 +121,8 @@ struct PowerSgdOptions {
   int rank = 2;                              ///< r: the columns of P and Q; > 0, clamped to min(n, m) per matrix
   std::int64_t min_compress_elements = 256;  ///< matrices with fewer elements (and vectors) go uncompressed; >= 0
   std::uint64_t seed = 2019;                 ///< the first Q (initial_q()); the same on every rank
+  int warmup_steps = 0;      ///< calls of average() that send the whole gradient uncompressed first; >= 0 (Note [Warm-up and power iterations])
+  int power_iterations = 1;  ///< power-iteration steps per call; >= 1 (Note [Warm-up and power iterations])
 };
 
 /// @brief The first Q's element (row, col) of matrix `matrix`: uniform in [-1, 1).
@@ -123,7 +154,8 @@ class PowerSgd {
   /// @param[in] layout the gradient's matrices in flat order (matrix_layout()).
   /// @param[in] options rank, the uncompressed rule, the seed.
   /// @throws dtl::InvalidArgument naming the argument (and this process's rank) for
-  ///         options.rank <= 0, options.min_compress_elements < 0, or a shape with rows or cols <= 0.
+  ///         options.rank <= 0, options.min_compress_elements < 0, options.warmup_steps < 0,
+  ///         options.power_iterations < 1, or a shape with rows or cols <= 0.
   PowerSgd(std::vector<MatrixShape> layout, PowerSgdOptions options);
 
   /// @brief Averages the flat fp32 gradient `grads` over the ranks of `backend`, compressed.
@@ -136,6 +168,12 @@ class PowerSgd {
   /// returning. Q and the errors are kept for the next call. Every rank ends with the same
   /// `grads`, the same Q; one rank's error is its own.
   ///
+  /// Note [Warm-up and power iterations]: the first options.warmup_steps calls are one
+  /// exact f32 averaging allreduce of all `count` floats instead, Q and errors untouched;
+  /// with options.power_iterations = I, each compressed call runs I - 1 more rounds of
+  /// (P, Q) first: at most 1 + 2 I allreduces. Every call counts in steps(), and sends
+  /// bytes_at_step(steps() before the call) bytes.
+  ///
   /// Collective: every rank of `backend` must call it, with the same layout and count.
   /// @param[in] backend the ranks.
   /// @param[in,out] grads `count` floats: this rank's gradient in, the (compressed) mean out.
@@ -144,13 +182,15 @@ class PowerSgd {
   void average(Communicator& backend, float* grads, std::size_t count);
 
   /// @brief This object as a StepHooks::average: a MixedPrecisionTrainer's gradient bucket
-  /// (16-bit or f32) is widened to fp32, average()d, and rounded back.
+  /// (16-bit; an f32 buffer handed to it directly is average()d as it is) is widened to
+  /// fp32, average()d, and rounded back.
   ///
   /// The trainer must hand it the whole gradient as one bucket (bucket_cap_bytes at least
   /// the gradient's bytes); the placement is moot (the sums are fp32, the divide is on Q).
-  /// The error feedback holds the gradients as they arrive, so use it with a constant
-  /// loss scale (bf16 or fp32 with ScalingMode::kNone, or kStatic). This object must
-  /// outlive the trainer.
+  /// A trainer calls its hooks in fp16 and bf16 only (Precision::kF32 averages with its own
+  /// f32 allreduce). The error feedback holds the gradients as they arrive, so use it with
+  /// a constant loss scale (bf16 with ScalingMode::kNone, or ScalingMode::kStatic). This
+  /// object must outlive the trainer.
   /// @return the hook.
   decltype(StepHooks::average) hook();
 
@@ -166,8 +206,15 @@ class PowerSgd {
   const std::vector<float>& error(std::size_t matrix) const { return error_.at(matrix); }
   /// @return the layout's elements (what average() takes).
   std::size_t count() const noexcept { return count_; }
-  /// @return what one average() sends, in bytes (fp32): 4 (sum (n + m) r + uncompressed elements).
+  /// @return what one compressed average() sends, in bytes (fp32):
+  ///         4 (I sum (n + m) r + uncompressed elements), I = options.power_iterations.
   std::size_t bytes_per_step() const noexcept;
+  /// @param[in] step a call's index, from 0.
+  /// @return what call `step` of average() sends, in bytes: 4 count() while step < options.warmup_steps
+  ///         (the warm-up), bytes_per_step() after.
+  std::size_t bytes_at_step(std::int64_t step) const noexcept;
+  /// @return the calls of average() so far (warm-up included).
+  std::int64_t steps() const noexcept { return steps_; }
 
  private:
   std::vector<MatrixShape> layout_;
@@ -177,6 +224,7 @@ class PowerSgd {
   std::vector<std::vector<float>> q_;    // m x r per compressed matrix, the same on every rank
   std::vector<std::vector<float>> error_;  // n x m per compressed matrix, this rank's
   std::size_t count_ = 0;
+  std::int64_t steps_ = 0;               // calls of average() so far
 };
 
 }  // namespace dtl::lab05
