@@ -8,9 +8,11 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "harness/error.h"
 #include "lab07/interleave.h"
 #include "labs/07_pipeline/tests/pipeline_test_util.h"
 
@@ -71,6 +73,16 @@ inline InterleavedRun run_interleaved(ModelKind kind, int v, int m, int steps, s
                                       std::uint64_t seed = 3, std::int64_t width = 16) {
   const std::vector<Action> schedule = lab07::interleaved_schedule(comm().size(), comm().rank(), m, v);
   return run_schedule(kind, v, m, steps, global, units, schedule, seed, width);
+}
+
+// A schedule function's argument check: `call` throws dtl::InvalidArgument naming `argument`.
+inline void expect_invalid(const std::function<void()>& call, const std::string& argument) {
+  try {
+    call();
+    ADD_FAILURE() << "no dtl::InvalidArgument naming '" << argument << "'";
+  } catch (const dtl::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(argument), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace lab07_test
