@@ -319,9 +319,10 @@ def measure_held(lab: Lab, graded: Graded, args) -> None:
 # up to the end of their correctness runs; each keeps its two benchmarks in the
 # batch's folder. Once every submission is there, this process measures the
 # speed items, one submission after the other, with nothing else of the batch
-# running. Speed items of gradings that are not part of the batch (another
-# ./dtl grade) wait for each other through perf.speed_turn(); what else runs on
-# the machine the noise guard sees (perf.py, Note [Noise guard]).
+# running. Gradings that are not part of the batch (another ./dtl grade) take
+# turns with it (turns.py, Note [Turns]): their commands wait while a speed item
+# measures, and their speed items wait for the batch's commands; what else runs
+# on the machine the noise guard sees (perf.py, Note [Noise guard]).
 
 def _graded_in_worker(lab: Lab, sub: Path | None, hidden_dirs: list[Path], args, hold: Path, log: Path,
                       result: Path) -> int:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .sandbox import Sandbox
+from .turns import work_turn
 
 OUTPUT_KEEP_HEAD = 48 << 10         # bytes of a run's output kept from its start...
 OUTPUT_KEEP_TAIL = 16 << 10         # ...and from its end
@@ -45,7 +46,9 @@ MPI_ENV = {
 # What is added here: confine(box) names the sandbox (sandbox.py) the next
 # commands run in -- grading.grade_one() sets the build's, then the runs' -- and
 # every command started goes into LIVE_SESSIONS until it ends, so that an
-# interrupted grader can kill what it started (interrupt()).
+# interrupted grader can kill what it started (interrupt()); and every command
+# holds a work turn (turns.py) while it runs, so that no speed item of another
+# grading measures beside it.
 
 _box: Sandbox | None = None
 _building = False
@@ -93,7 +96,13 @@ def run_capped(cmd: list[str], env: dict, cwd: Path, limit: float,
                on_timeout=None) -> RunResult:
     """Runs `cmd` in a new session, inside the sandbox confine() named (with its
     resource limits); kills the whole session after `limit` seconds or after
-    OUTPUT_FLOOD_BYTES of output. Keeps the head and the tail of the output."""
+    OUTPUT_FLOOD_BYTES of output. Keeps the head and the tail of the output.
+    Waits for its work turn first (turns.py); `limit` counts from the start."""
+    with work_turn():
+        return _run_capped(cmd, env, cwd, limit, on_timeout)
+
+
+def _run_capped(cmd: list[str], env: dict, cwd: Path, limit: float, on_timeout) -> RunResult:
     start = time.monotonic()
     box = _box
     if box is not None:
@@ -151,9 +160,10 @@ def read_confined(cmd: list[str], cwd: Path, limit: float, cap: int = 256 << 20)
     box = _box
     wrapped = box.wrap(cmd, cwd) if box is not None else cmd
     try:
-        proc = subprocess.run(wrapped, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, timeout=limit,
-                              start_new_session=True,
-                              preexec_fn=box.limits(_building) if box is not None else None)
+        with work_turn():
+            proc = subprocess.run(wrapped, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, timeout=limit,
+                                  start_new_session=True,
+                                  preexec_fn=box.limits(_building) if box is not None else None)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if proc.returncode != 0 or len(proc.stdout) > cap:

@@ -7,16 +7,20 @@ Most test classes grade a whole lab once (in setUpClass), and a grading spends
 much of its time waiting: for a deadlock's timeout, a hidden test's silent
 worker, a sandbox to start. Running two at once on a 2-core machine fills those
 waits. A class that measures speed (it grades a reference's speed items and
-expects full marks, or a slow submission's and expects a loss) must not share
-the machine, so it says so with `RUNS_ALONE = "why"` (on the class, or on its
-module for all of them); it runs with nothing beside it, after the others.
+expects full marks, or a slow submission's and expects a loss) runs beside the
+others too: its speed items take the machine's speed turn, so every other
+class's builds and runs wait while they measure (grader/dtlgrade/turns.py; the
+tests' own builds and runs take a work turn as a grading's do). A class that
+loads the machine on purpose, outside any turn, must not share it, so it says so
+with `RUNS_ALONE = "why"` (on the class, or on its module for all of them); it
+runs with nothing beside it, after the others.
 
 With --times FILE the durations of the last run are read from FILE and written
 back: the longest classes start first, so the last to finish is a short one.
 With --ctest BUILD_DIR, ctest (everything but the skeletons) runs too, as one
-more shared module, one test at a time: its MPI programs fill the cores a
-grading leaves idle while it waits, instead of running before the classes with
-the machine to itself (`./dtl test` does this). Each module's CPU time is
+more shared module, one test at a time, each in a work turn: its MPI programs
+fill the cores a grading leaves idle while it waits, instead of running before
+the classes with the machine to itself (`./dtl test` does this). Each module's CPU time is
 reported beside its wall time: the user and system time of the processes it
 waited for. It leaves out most of what ran inside the grader's sandbox (the
 lab 02 reference's grading, 16 s of tests at 1 to 8 ranks, shows 2 s), so for a
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -94,12 +99,39 @@ def discover(names: list[str], times: dict[str, float]) -> list[Module]:
     return units
 
 
+CTEST = ["ctest", "-LE", "^student$"]  # everything but the skeletons (the grader's classes grade them)
+
+
 def ctest_module(build_dir: Path, times: dict[str, float]) -> Module:
-    """ctest in `build_dir`, one test at a time (its MPI tests take the cores they
-    need: PROCESSORS), everything but the skeletons (the grader's classes grade them)."""
+    """ctest in `build_dir`, one test at a time, each in a work turn (ctest_in_turns())."""
     return Module("ctest", None, times.get("ctest", 300.0),
-                  ["ctest", "-j", "1", "-LE", "^student$", "--output-on-failure", "--timeout", "600"],
+                  [sys.executable, str(Path(__file__).resolve()), "--ctest-in-turns", str(build_dir.resolve())],
                   build_dir.resolve())
+
+
+def ctest_in_turns(build_dir: Path) -> int:
+    """Runs ctest's tests in `build_dir` one at a time, each holding a work turn
+    (an MPI test beside another class's speed item would be measured with it).
+    Prints each test's ctest output; returns 0 if all passed."""
+    sys.path.insert(0, str(ROOT / "grader"))
+    from dtlgrade.turns import work_turn
+    listing = subprocess.run([*CTEST, "-N"], cwd=build_dir, capture_output=True, text=True, check=True).stdout
+    tests = re.findall(r"Test +#(\d+): (\S+)", listing)
+    failed = []
+    start = time.monotonic()
+    for number, name in tests:
+        with work_turn():
+            run = subprocess.run([*CTEST, "-I", f"{number},{number}", "--output-on-failure", "--timeout", "600"],
+                                 cwd=build_dir, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                 errors="replace")
+        lines = run.stdout.splitlines()
+        shown = [line for line in lines if f"#{number}:" in line] if run.returncode == 0 else lines
+        print("\n".join(shown) + (run.stderr if run.returncode else ""), flush=True)
+        if run.returncode != 0:
+            failed.append(name)
+    print(f"ctest: {len(tests) - len(failed)} of {len(tests)} passed in {time.monotonic() - start:.0f} s"
+          + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
+    return 1 if failed or not tests else 0
 
 
 def run_module(m: Module) -> None:
@@ -170,7 +202,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="modules run at once, besides those that run alone (default: the usable CPUs)")
     ap.add_argument("--times", type=Path, help="a JSON file of each module's last duration: read, then rewritten")
     ap.add_argument("--ctest", type=Path, metavar="BUILD_DIR", help="run ctest in BUILD_DIR too, as a shared module")
+    ap.add_argument("--ctest-in-turns", type=Path, metavar="BUILD_DIR", help=argparse.SUPPRESS)  # the ctest module
     args = ap.parse_args(argv)
+    if args.ctest_in_turns:
+        return ctest_in_turns(args.ctest_in_turns)
     times = json.loads(args.times.read_text()) if args.times and args.times.is_file() else {}
     modules = discover(args.modules, times)
     if args.ctest:

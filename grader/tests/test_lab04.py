@@ -37,22 +37,16 @@ SPEED = "Speed: the overlapped DDP step on an emulated link, against the referen
 
 class TestLab04Reference(helpers.GraderAssertions, unittest.TestCase):
     """The reference, graded once, under a load (a process spinning on one of the
-    grader's CPUs: test_speed_under_load.Load): full marks, the speed item at full
+    grader's CPUs while it measures speed: helpers.UNDER_LOAD): full marks, the speed item at full
     marks or left out with its reason, never lower (test_speed_under_load skips
     this lab: graded here once, not twice)."""
-    RUNS_ALONE = "its reference's speed items are graded under a load of its own"  # grader/tests/run_suite.py
 
     @classmethod
     def setUpClass(cls):
-        from test_speed_under_load import Load, report  # noqa: PLC0415 -- a sibling test module
-        with Load() as load:
-            helpers.grade_kept(cls, "04")
-        cls.load_share = load.cpu_share
-        report("lab 04 reference", cls.graded.json["tests"] if cls.graded.json else [], load.cpu_share)
+        helpers.grade_kept(cls, "04", under_load=True)
 
     def test_the_load_was_there(self):
-        from test_speed_under_load import MIN_SHARE  # noqa: PLC0415
-        self.assertGreater(self.load_share, MIN_SHARE, "the load was not there")
+        self.assertLoadWasThere(self.graded.json["tests"])
 
     def test_full_marks(self):
         self.assertReferenceFullMarks(self.graded, 130 if HAVE_GPU else 120)

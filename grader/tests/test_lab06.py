@@ -40,22 +40,16 @@ SPEED = "Speed: FSDP with prefetch 1 on an emulated link (the gather time prefet
 
 class TestLab06Reference(helpers.GraderAssertions, unittest.TestCase):
     """The reference, graded once, under a load (a process spinning on one of the
-    grader's CPUs: test_speed_under_load.Load): full marks, the speed item at full
+    grader's CPUs while it measures speed: helpers.UNDER_LOAD): full marks, the speed item at full
     marks or left out with its reason, never lower (test_speed_under_load skips
     this lab: graded here once, not twice)."""
-    RUNS_ALONE = "its reference's speed items are graded under a load of its own"  # grader/tests/run_suite.py
 
     @classmethod
     def setUpClass(cls):
-        from test_speed_under_load import Load, report  # noqa: PLC0415 -- a sibling test module
-        with Load() as load:
-            helpers.grade_kept(cls, "06")
-        cls.load_share = load.cpu_share
-        report("lab 06 reference", cls.graded.json["tests"] if cls.graded.json else [], load.cpu_share)
+        helpers.grade_kept(cls, "06", under_load=True)
 
     def test_the_load_was_there(self):
-        from test_speed_under_load import MIN_SHARE  # noqa: PLC0415
-        self.assertGreater(self.load_share, MIN_SHARE, "the load was not there")
+        self.assertLoadWasThere(self.graded.json["tests"])
 
     def test_an_fsdp_that_never_prefetches_loses_the_speed_item(self):
         # In the kept tree (graded as the reference): the fault rebuilt into the

@@ -21,7 +21,6 @@ SLOW_RING = helpers.reference_body("ring_shift") + """\
 
 
 class TestSlowSubmission(helpers.GraderAssertions, unittest.TestCase):
-    RUNS_ALONE = "it measures a slow submission's speed against the reference"  # grader/tests/run_suite.py
 
     @classmethod
     def setUpClass(cls):

@@ -17,8 +17,10 @@
   aggregate rows left aside; the interval of the median ratio;
 - what a speed row reports: the ratio with its interval and the spread in the
   printed table and in results.json (extra_data), no Gradescope status when too
-  noisy;
-- the machine's speed lock: a second grading waits for the first.
+  noisy.
+
+The machine's speed turn (one speed item at a time, nothing beside it) is
+tested in test_turns.py.
 """
 import math
 import os
@@ -27,7 +29,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 from pathlib import Path
 
@@ -377,29 +378,6 @@ class TestReported(unittest.TestCase):
         self.assertNotIn("status", entry)
         self.assertEqual(entry["extra_data"]["reference_spread"], 1.9)
         self.assertEqual(test_entry(self.row("passed"))["status"], "passed")
-
-
-class TestSpeedTurn(unittest.TestCase):
-    def test_second_grading_waits(self):
-        lock = tempfile.mktemp(prefix="dtl-speed-test-")
-        self.addCleanup(lambda: os.path.exists(lock) and os.unlink(lock))
-        real = perf.LOCK_FILE
-        perf.LOCK_FILE = Path(lock)
-        self.addCleanup(setattr, perf, "LOCK_FILE", real)
-        holder = subprocess.Popen([sys.executable, "-c", (
-            "import sys, time; sys.path.insert(0, 'grader'); from pathlib import Path; from dtlgrade import perf\n"
-            f"perf.LOCK_FILE = Path({lock!r})\n"
-            "with perf.speed_turn():\n    print('held', flush=True); time.sleep(1.5)\n")],
-            cwd=helpers.ROOT, stdout=subprocess.PIPE, text=True)
-        self.addCleanup(holder.stdout.close)
-        self.assertEqual(holder.stdout.readline().strip(), "held")
-        said = []
-        t0 = time.monotonic()
-        with perf.speed_turn(said.append):
-            waited = time.monotonic() - t0
-        holder.wait()
-        self.assertGreater(waited, 0.5)
-        self.assertIn("waiting for another grading's speed items", said[0])
 
 
 if __name__ == "__main__":

@@ -1,5 +1,8 @@
 """Speed items on a busy machine (issue 31): a process that spins on one of the
-grader's CPUs, beside the ranks, for the whole of each grading.
+grader's CPUs, beside the ranks, while each speed item is measured (the grader
+starts it inside the item's speed turn: helpers.UNDER_LOAD, perf.py's Note [A
+load beside the measurement]; a spinner of the test's own would load other
+classes' speed items too, and this class could not share the machine).
 
 - Every lab with speed items grades its reference (labs 03-09's in their own
   test_labNN.py, under the same load, so that each is graded once): every item at full marks, a
@@ -13,7 +16,8 @@ grader's CPUs, beside the ranks, for the whole of each grading.
   here (its reference would score the same with or without the load:
   test_lab02_reference_skeleton.py grades it).
 - The load is real: the spinning process got at least a fifth of a core while
-  each grading ran (about two thirds on an otherwise idle 2-core machine).
+  each speed item was measured (about two thirds on an otherwise idle 2-core
+  machine).
 
 Each grading prints its speed rows (ratio, the reference's spread, pairs) to
 stderr, the numbers behind the verdicts.
@@ -23,7 +27,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import unittest
 from pathlib import Path
 
@@ -35,11 +38,6 @@ from dtlgrade.lab import load_lab  # noqa: E402
 from dtlgrade.perf import fit_ranks, usable_cores  # noqa: E402
 from dtlgrade.runner import gpu_available  # noqa: E402
 
-SPIN = "while True: pass"
-# The spinner's least share of a core over a grading: about 2/3 on 2 idle cores
-# beside 2 ranks; less where other work shares the machine too (on the shared
-# 2-core development machine, with two builds beside it: 0.36).
-MIN_SHARE = 0.2
 # Labs whose reference another test grades under the load already (once is enough).
 GRADED_UNDER_LOAD_ELSEWHERE = {
     "01": "test_lab_01_batch_reference_and_slow_submission, below",
@@ -47,42 +45,12 @@ GRADED_UNDER_LOAD_ELSEWHERE = {
 }
 
 
-class Load:
-    """A process spinning on one CPU of the grader's affinity mask, for a `with` block;
-    `cpu_share` is the share of a core it got."""
-
-    def __enter__(self):
-        cpu = min(os.sched_getaffinity(0))
-        self.proc = subprocess.Popen([sys.executable, "-c", SPIN], preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
-        self.start = time.monotonic()
-        return self
-
-    def __exit__(self, *exc):
-        stat = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = int(stat[11]) + int(stat[12])  # utime + stime
-        self.cpu_share = ticks / os.sysconf("SC_CLK_TCK") / (time.monotonic() - self.start)
-        self.proc.kill()
-        self.proc.wait()
-
-
 def labs_with_speed_items() -> list[str]:
     return sorted(p.stem for p in (helpers.ROOT / "grader" / "rubrics").glob("*.toml")
                   if load_lab(p.stem, []).perf)
 
 
-def report(label: str, tests: list[dict], share: float) -> None:
-    """The speed rows, on stderr: what the grader measured under the load."""
-    for t in tests:
-        if t["name"].startswith("Speed:"):
-            data = t.get("extra_data", {})
-            print(f"\n[under load, spinner at {share:.0%} of a core] {label}: {t['name']}: {t['score']:g}/"
-                  f"{t['max_score']:g} {t['output'].splitlines()[0][:60]!r} ratio {data.get('ratio')} "
-                  f"spread {data.get('reference_spread')} pairs {data.get('pairs')} ranks {data.get('ranks')}",
-                  file=sys.stderr)
-
-
 class TestSpeedUnderLoad(helpers.GraderAssertions, unittest.TestCase):
-    RUNS_ALONE = "it grades references' speed items under a load of its own"  # grader/tests/run_suite.py
     def assertReferenceFairUnderLoad(self, run: helpers.GradeRun, nominal: float) -> None:
         self.assertEqual(run.returncode, 0, run.output[-3000:])
         self.assertGradescopeJson(run)
@@ -98,16 +66,16 @@ class TestSpeedUnderLoad(helpers.GraderAssertions, unittest.TestCase):
         out = batch.parent / "grades"
         args = [sys.executable, str(helpers.GRADE_PY), "01", "--batch", str(batch), "--out", str(out), "--jobs", "2",
                 "--no-hidden"] + ([] if helpers.sandbox_works() else ["--no-sandbox"])
-        with Load() as load:
-            proc = subprocess.run(args, cwd=helpers.ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  timeout=helpers.GRADE_TIMEOUT)
+        proc = subprocess.run(args, cwd=helpers.ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=helpers.GRADE_TIMEOUT, env=dict(os.environ, **helpers.UNDER_LOAD))
         self.assertEqual(proc.returncode, 0, proc.stdout[-3000:])
-        self.assertGreater(load.cpu_share, MIN_SHARE, "the load was not there")
         graded = {name: helpers.GradeRun(0, (out / f"{name}.log").read_text(), 0.0,
                                          json.loads((out / f"{name}.json").read_text()), "01")
                   for name in ("reference", "slow")}
-        report("lab 01 reference (batch, --jobs 2)", graded["reference"].json["tests"], load.cpu_share)
-        report("lab 01 slow ring_shift (batch, --jobs 2)", graded["slow"].json["tests"], load.cpu_share)
+        helpers.report_load("lab 01 reference (batch, --jobs 2)", graded["reference"].json["tests"])
+        helpers.report_load("lab 01 slow ring_shift (batch, --jobs 2)", graded["slow"].json["tests"])
+        for run in graded.values():
+            self.assertLoadWasThere(run.json["tests"])
         self.assertReferenceFairUnderLoad(graded["reference"], 90)
         # The slow submission loses speed points under the load too, and only them: it is
         # measured (not "too noisy") and slower than full_at. Not always all 5: a heavy
@@ -145,10 +113,9 @@ class TestSpeedUnderLoad(helpers.GraderAssertions, unittest.TestCase):
                     continue
                 gpu = gpu_available()
                 nominal = sum(i.points for i in load_lab(lab, []).items if gpu or not i.gpu) + sum(p.points for p in perf)
-                with Load() as load:
-                    run = helpers.grade("--reference", "--no-hidden", lab=lab)
-                report(f"lab {lab} reference", run.json["tests"] if run.json else [], load.cpu_share)
-                self.assertGreater(load.cpu_share, MIN_SHARE, "the load was not there")
+                run = helpers.grade("--reference", "--no-hidden", lab=lab, env=helpers.UNDER_LOAD)
+                helpers.report_load(f"lab {lab} reference", run.json["tests"] if run.json else [])
+                self.assertLoadWasThere(run.json["tests"] if run.json else [])
                 self.assertReferenceFairUnderLoad(run, nominal)
                 self.assertIsNone(re.search(r"Traceback", run.output), run.output[-3000:])
 
