@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import fcntl
 import os
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
-# The lock files every grader on this machine shares (the sandbox's /tmp is its
-# own, so a submission cannot reach them).
-LOCK_FILE = Path(tempfile.gettempdir()) / "dtl-grade-speed.lock"
-GATE_FILE = Path(tempfile.gettempdir()) / "dtl-grade-speed.gate"
+# The lock files every grader on this machine shares: in /tmp itself, not in
+# $TMPDIR, which a grader may be given for its own temporary files (and the
+# sandbox's /tmp is its own, so a submission cannot reach them).
+LOCK_FILE = Path("/tmp/dtl-grade-speed.lock")
+GATE_FILE = Path("/tmp/dtl-grade-speed.gate")
 
 _holding_speed = False  # this process holds the speed turn: its own commands are the measurement
 

@@ -7,13 +7,15 @@ Most test classes grade a whole lab once (in setUpClass), and a grading spends
 much of its time waiting: for a deadlock's timeout, a hidden test's silent
 worker, a sandbox to start. Running two at once on a 2-core machine fills those
 waits. A class that measures speed (it grades a reference's speed items and
-expects full marks, or a slow submission's and expects a loss) runs beside the
-others too: its speed items take the machine's speed turn, so every other
+expects full marks, or a slow submission's and expects a loss) could share the
+machine too: its speed items take the machine's speed turn, so every other
 class's builds and runs wait while they measure (grader/dtlgrade/turns.py; the
-tests' own builds and runs take a work turn as a grading's do). A class that
-loads the machine on purpose, outside any turn, must not share it, so it says so
-with `RUNS_ALONE = "why"` (on the class, or on its module for all of them); it
-runs with nothing beside it, after the others.
+tests' own builds and runs take a work turn as a grading's do). But a speed turn
+first waits for the work in flight to end, a deadlocked run's whole timeout or a
+40 s ctest test, while the machine stands half idle; measured on the 2-core
+machine, the suite took longer that way. So such a class says
+`RUNS_ALONE = "why"` (on the class, or on its module for all of them); it runs
+with nothing beside it, after the others.
 
 With --times FILE the durations of the last run are read from FILE and written
 back: the longest classes start first, so the last to finish is a short one.

@@ -37,6 +37,7 @@ class TestLab03Reference(helpers.GraderAssertions, unittest.TestCase):
     grader's CPUs while it measures speed: helpers.UNDER_LOAD): full marks, a speed item at full marks
     or left out with its reason, never lower (issue 31). Grading it here under the
     load, rather than twice, keeps the suite's time."""
+    RUNS_ALONE = "it measures speed (its speed turns would wait for other classes to drain)"  # run_suite.py
 
     @classmethod
     def setUpClass(cls):

@@ -35,6 +35,7 @@ class TestLab07Reference(helpers.GraderAssertions, unittest.TestCase):
     grader's CPUs while it measures speed: helpers.UNDER_LOAD): full marks, the speed item at full
     marks or left out with its reason, never lower (test_speed_under_load skips
     this lab: graded here once, not twice)."""
+    RUNS_ALONE = "it measures speed (its speed turns would wait for other classes to drain)"  # run_suite.py
 
     @classmethod
     def setUpClass(cls):

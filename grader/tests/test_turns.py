@@ -7,7 +7,8 @@ processes on lock files of the test's own, in seconds:
 - the turnstile: once a speed item waits, new commands wait behind it, so two
   gradings taking turns at work cannot starve it;
 - a speed item's own commands (process.run_capped() inside the speed turn) take
-  no work turn, and do not wait for themselves.
+  no work turn, and do not wait for themselves;
+- every grader finds the same lock files, whatever its $TMPDIR.
 """
 import os
 import subprocess
@@ -117,6 +118,19 @@ class TestSpeedTurn(TurnsTest):
         thread.start()
         thread.join(20)
         self.assertTrue(done.is_set(), "a command inside the speed turn waited for the speed turn itself")
+
+
+
+class TestLockFiles(unittest.TestCase):
+    def test_the_same_for_every_tmpdir(self):
+        code = "import sys; sys.path.insert(0, 'grader'); from dtlgrade import turns; print(turns.LOCK_FILE, turns.GATE_FILE)"
+        seen = set()
+        with tempfile.TemporaryDirectory(prefix="dtl-turns-tmpdir-") as own:
+            for tmpdir in (tempfile.gettempdir(), own):
+                out = subprocess.run([sys.executable, "-c", code], cwd=helpers.ROOT, capture_output=True,
+                                     text=True, env=dict(os.environ, TMPDIR=tmpdir), check=True).stdout
+                seen.add(out)
+        self.assertEqual(len(seen), 1, seen)
 
 
 if __name__ == "__main__":
