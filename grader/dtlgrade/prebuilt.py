@@ -25,6 +25,8 @@ from .lab import GraderError, Lab, skeleton_src
 FORMAT = 2
 READY = "ready.json"               # written last, once the entry is built and checked
 UNUSED_DAYS = 7                    # an entry unused this long is removed (a grading lasts minutes)
+KEEP_PER_LAB = 3                   # beyond a lab's most recently used entries, an entry...
+IDLE_HOURS = 1                     # ...unused this long is removed too (entries are 0.1-0.3 GB)
 
 # Note [Prebuilt course objects]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -337,15 +339,25 @@ def has_debug_info(path: Path) -> bool:
 
 
 def _prune(root: Path) -> None:
-    """Removes entries unused for UNUSED_DAYS (and their locks)."""
-    limit = time.time() - UNUSED_DAYS * 86400
+    """Removes entries unused for UNUSED_DAYS, and, beyond each lab's KEEP_PER_LAB
+    most recently used, those unused for IDLE_HOURS (and their locks). A course
+    being edited makes a new entry per change and lab: without the second rule
+    a day of edits kept tens of gigabytes. An entry in use was used (ready.json
+    touched) when its grading began, minutes ago, so it is never removed."""
+    now = time.time()
+    used: dict[str, list[tuple[float, Path]]] = {}
     for ready in root.glob(f"*/{READY}"):
         try:
-            if ready.stat().st_mtime < limit:
-                shutil.rmtree(ready.parent, ignore_errors=True)
-                (root / f"{ready.parent.name}.lock").unlink(missing_ok=True)
+            used.setdefault(ready.parent.name.split("-")[0], []).append((ready.stat().st_mtime, ready.parent))
         except OSError:
             continue
+    for entries in used.values():
+        entries.sort(reverse=True)  # most recently used first
+        for rank, (mtime, folder) in enumerate(entries):
+            idle = now - mtime
+            if idle > UNUSED_DAYS * 86400 or (rank >= KEEP_PER_LAB and idle > IDLE_HOURS * 3600):
+                shutil.rmtree(folder, ignore_errors=True)
+                (root / f"{folder.name}.lock").unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------------------

@@ -4,6 +4,8 @@
     hidden test, a test or the skeleton, and not with the student's files.
   - TestOneBuilderAtATime: two processes that need the same new entry at once
     build it once; the other waits, then uses it.
+  - TestPrune: a lab keeps its most recently used entries and any used within
+    the hour; older ones beyond those, and any unused for a week, are removed.
   - TestChangedHiddenTest, end to end on lab 01 in a cache of its own: two
     gradings at once build one entry; a hidden test changed under the same file
     name makes a new entry and the grade follows the new test; the entry's
@@ -120,6 +122,35 @@ def _ensure_in_process(cache: str, log: str, out: str) -> None:
 
     entry = prebuilt.ensure(lab, "k" * 24, make_tree, lambda tree: "k" * 24, build_course, [], log=lambda _: None)
     Path(out).write_text(str(entry.folder))
+
+
+class TestPrune(unittest.TestCase):
+    def test_old_entries_beyond_the_newest_go(self):
+        with tempfile.TemporaryDirectory(prefix="dtl-prebuilt-prune-") as tmp:
+            root, now, hour = Path(tmp), time.time(), 3600
+            ages = {"01-a": 0.1, "01-b": 2, "01-c": 3, "01-d": 0.5, "01-e": 5, "01-f": 9,  # hours
+                    "02-a": 30, "02-b": 8 * 24}
+            for name, age in ages.items():
+                (root / name).mkdir()
+                (root / name / prebuilt.READY).write_text("{}")
+                (root / f"{name}.lock").write_text("")
+                os.utime(root / name / prebuilt.READY, (now - age * hour, now - age * hour))
+            prebuilt._prune(root)
+            left = sorted(p.name for p in root.iterdir() if p.is_dir())
+            # Lab 01: the three most recent (a, d, b) and nothing else idle over an hour;
+            # lab 02: a is among its newest, b is a week old.
+            self.assertEqual(left, ["01-a", "01-b", "01-d", "02-a"])
+            self.assertEqual(sorted(p.name for p in root.glob("*.lock")), [f"{n}.lock" for n in left])
+
+    def test_entries_used_within_the_hour_stay(self):
+        with tempfile.TemporaryDirectory(prefix="dtl-prebuilt-prune-") as tmp:
+            root, now = Path(tmp), time.time()
+            for i in range(prebuilt.KEEP_PER_LAB + 3):
+                (root / f"04-{i}").mkdir()
+                (root / f"04-{i}" / prebuilt.READY).write_text("{}")
+                os.utime(root / f"04-{i}" / prebuilt.READY, (now - 60 * i, now - 60 * i))
+            prebuilt._prune(root)
+            self.assertEqual(len(list(root.iterdir())), prebuilt.KEEP_PER_LAB + 3)
 
 
 class TestOneBuilderAtATime(unittest.TestCase):
