@@ -6,6 +6,21 @@ if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
   set(CMAKE_BUILD_TYPE RelWithDebInfo CACHE STRING "Build type" FORCE)
 endif()
 
+# RelWithDebInfo with line tables only (-g1) unless DTL_FULL_DEBUG_INFO: backtraces,
+# sanitizer reports and a debugger's stepping keep their file and line, the code is
+# the same (debug information never changes what GCC generates), and each C++ file
+# compiles about a tenth faster: tests/ddp_test.cc 12.7 s against 14.3 s with -g
+# (11.1 s with none), its object 1.7 MB against 5.9 MB (2026-11-27, 2 cores). Every
+# build and every grading compiles the course, so this is most of a minute of the
+# demo's cold start. For a debugger's view of local variables: -DDTL_FULL_DEBUG_INFO=ON,
+# or CMAKE_BUILD_TYPE=Debug.
+option(DTL_FULL_DEBUG_INFO "RelWithDebInfo with full debug information (-g), not line tables only (-g1)" OFF)
+if(NOT DTL_FULL_DEBUG_INFO AND CMAKE_CXX_FLAGS_RELWITHDEBINFO STREQUAL "-O2 -g -DNDEBUG")
+  set(CMAKE_CXX_FLAGS_RELWITHDEBINFO "-O2 -g1 -DNDEBUG" CACHE STRING "C++ flags of RelWithDebInfo" FORCE)
+elseif(DTL_FULL_DEBUG_INFO AND CMAKE_CXX_FLAGS_RELWITHDEBINFO STREQUAL "-O2 -g1 -DNDEBUG")
+  set(CMAKE_CXX_FLAGS_RELWITHDEBINFO "-O2 -g -DNDEBUG" CACHE STRING "C++ flags of RelWithDebInfo" FORCE)
+endif()
+
 option(DTL_ENABLE_CUDA "Build the CUDA parts (kernels, NCCL wrappers) when nvcc is found" ON)
 option(DTL_WARNINGS_AS_ERRORS "Treat compiler warnings as errors" OFF)
 
