@@ -14,8 +14,10 @@
 // S/T tokens of every sequence), its replicated gradients summed in the step.
 // SP/T<T>/vs-tp: the sequence-parallel step paired with the plain tensor-parallel
 // step, back to back on the same ranks (Open MPI, polling), their ratio per pair, and
-// above the row rank 0's wait in each kind of collective. The first T ranks form the
-// group; the others wait (`./dtl bench 08 -n 4` for T = 4: 4 ranks on 2 cores are
+// above the row rank 0's wait in each kind of collective; SP/T<T>/vs-tp/thread: the
+// same on Open MPI's blocking collectives on a communication thread (mpi-thread: no
+// 100 us polling rounds, Open MPI's own reduce-scatter algorithm). The first T ranks
+// form the group; the others wait (`./dtl bench 08 -n 4` for T = 4: 4 ranks on 2 cores are
 // oversubscribed, so T = 4's compute is slower than it would be on 4 cores).
 // Columns: step (ms) median of the slowest rank; comm (ms) the median per step of
 // the time from issuing each collective to its completion, summed (every layer
@@ -102,9 +104,10 @@ class WaitsByCollective {
     seconds_[who + " all collectives"].push_back(total);
     count_[who + " all collectives"] = static_cast<int>(gpt.record->ops().size());
   }
-  void print(int T) const {
+  void print(int T, const std::string& suffix) const {
     if (comm().rank() != 0) return;
-    std::printf("# SP/T%d/vs-tp: rank 0's wait per step, issue to completion (ms, medians over the pairs):\n", T);
+    std::printf("# SP/T%d/vs-tp%s: rank 0's wait per step, issue to completion (ms, medians over the pairs):\n", T,
+                suffix.c_str());
     for (const auto& [key, seconds] : seconds_) {
       std::printf("#   %-36s x%-3d %7.2f\n", key.c_str(), count_.at(key), dtl::bench::median(seconds) * 1e3);
     }
@@ -118,9 +121,10 @@ class WaitsByCollective {
 // Sequence parallelism against plain tensor parallelism, paired: the same GPT both ways
 // on the same T ranks, each step of one beside a step of the other (order alternating).
 // The ranks outside the group (T < world) time empty steps. Goal: ratio <= 1.05.
-void sp_vs_tp_row(benchmark::State& state, int T) {
-  TpGpt sp(T, "polling", true);
-  TpGpt tp(T, "polling", false);
+// `link`: "polling" (the row SP/T<T>/vs-tp) or "mpi" (mpi-thread, SP/T<T>/vs-tp/thread).
+void sp_vs_tp_row(benchmark::State& state, int T, const std::string& link) {
+  TpGpt sp(T, link, true);
+  TpGpt tp(T, link, false);
   sp.step();  // warm-up
   tp.step();
   dtl::bench::PairedTimer timer;
@@ -130,7 +134,7 @@ void sp_vs_tp_row(benchmark::State& state, int T) {
     waits.add("SP", sp);
     waits.add("TP", tp);
   }
-  waits.print(T);
+  waits.print(T, link == "polling" ? "" : "/thread");
   state.counters["step_ms"] = timer.impl_median() * 1e3;
   state.counters["tp_ms"] = timer.vendor_median() * 1e3;
   state.counters["sp_ratio"] = timer.ratio_median();
@@ -235,8 +239,14 @@ void register_rows() {
   }
   for (int T : sizes) {
     if (T > 1) {
-      add("SP/T" + std::to_string(T) + "/vs-tp", [T](benchmark::State& s) { sp_vs_tp_row(s, T); },
+      add("SP/T" + std::to_string(T) + "/vs-tp", [T](benchmark::State& s) { sp_vs_tp_row(s, T, "polling"); },
           quick ? 5 : 4 * iterations);
+    }
+  }
+  for (int T : sizes) {
+    if (T > 1 && !quick) {
+      add("SP/T" + std::to_string(T) + "/vs-tp/thread", [T](benchmark::State& s) { sp_vs_tp_row(s, T, "mpi"); },
+          4 * iterations);
     }
   }
   register_overlap_rows(sizes, quick);

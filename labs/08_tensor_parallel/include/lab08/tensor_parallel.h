@@ -203,15 +203,17 @@ using lab07::make_grid;
 // Note [One collective for the small gradients]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The bench's sequence-parallel GPT has 14 replicated parameters whose gradients are
-// partial (4 LayerNorms and 2 row-parallel biases per block pair, the final LayerNorm),
-// each C = 128 floats: 7 KiB in all. A collective costs a latency whatever its size
+// partial (per block, two LayerNorms' weights and biases and two row-parallel biases;
+// the final LayerNorm's weight and bias), each C = 128 floats: 7 KiB in all. A collective costs a latency whatever its size
 // (alpha in the alpha-beta model; on Open MPI with a polling progress thread, rounds of
 // at least one poll each), so 14 allreduces of 512 bytes cost about 14 latencies and
 // move almost nothing. One allreduce of the 14 packed end to end costs one: DDP's
 // bucket (lab 04), here one bucket, because the gradients are tiny and all ready at
-// once, after backward. Measured on the bench's step, T = 2 (bench/RESULTS.md,
-// "Sequence parallelism against plain TP"): the gradients' allreduces took 0.66 ms of a
-// 35 ms step as 14 collectives, and XXX ms as one.
+// once, after backward. On the emulated 10 GbE link (alpha 10 us) the one allreduce saves
+// 13 latencies, 0.26 ms per step of the bench's GPT at T = 2. On Open MPI with a polling
+// progress thread the 14 were in flight together and progressed in the same polls, so
+// one waits about as long as they did (0.6 ms): bench/RESULTS.md, "Where SP's extra
+// time goes".
 
 /// @brief Sums the partial gradients of parameters used in a sequence-parallel
 /// region over the tensor-parallel group (Note [Sequence parallelism], in lab08/parallel_linear.h),
