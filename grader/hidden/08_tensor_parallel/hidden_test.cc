@@ -162,7 +162,8 @@ TEST(HiddenModel, GptAndGrids) {
 // The public tests run sequence parallelism in f64 only: here the MLP block (C = T, one
 // token of each of 2 sequences per rank) and the attention block (T heads of two
 // channels, 3 sequences of 2T tokens), f32, this rank's tokens against the unsplit
-// block; every collective moves 4-byte elements; the replicated gradients summed.
+// block; every collective moves 4-byte elements; the replicated gradients summed, in
+// one allreduce.
 TEST(HiddenSequence, BlocksInF32) {
   Group tp(comm());
   const int T = tp.size(), r = tp.rank();
@@ -194,7 +195,13 @@ TEST(HiddenSequence, BlocksInF32) {
     EXPECT_EQ(tp.record.bytes(CollectiveKind::kAllgather) + tp.record.bytes(CollectiveKind::kReduceScatter),
               4 * static_cast<std::size_t>(x.numel()) * 4)
         << "rank " << r << ": " << what << ": four collectives of N x C f32 elements (4 bytes each)";
-    lab08::allreduce_sequence_parallel_gradients(tp.mpi, sequence_parallel_replicated(parallel->parameters()));
+    const std::vector<nn::Parameter*> shared = sequence_parallel_replicated(parallel->parameters());
+    std::size_t elements = 0;
+    for (const nn::Parameter* p : shared) elements += static_cast<std::size_t>(p->grad.numel());
+    tp.record.clear();
+    lab08::allreduce_sequence_parallel_gradients(tp.record, shared);
+    EXPECT_TRUE(ops_are(tp.record, {CollectiveKind::kAllreduce}, {elements},
+                        what + ": the " + std::to_string(shared.size()) + " replicated gradients in one allreduce"));
     EXPECT_TRUE(grads_match(*full, *parallel, T, r, what, kF32Tol));
   }
 }

@@ -14,6 +14,7 @@
 
 #include "harness/nn/layer_util.h"
 #include "lab08/tensor_parallel.h"
+#include "layer_helpers.h"
 
 namespace dtl::lab08 {
 
@@ -90,9 +91,11 @@ std::unique_ptr<nn::Layer> copy_positions(nn::PositionalEmbedding& full) {
 // Where a sequence-parallel GPT enters the split region (Note [Sequence parallelism]).
 // The embedding's output is whole on every rank (its allreduce, task C); this layer keeps
 // this rank's tokens of every sequence. Its backward hands the embedding what plain
-// TP's first column layer would: the whole dL/dx, the same on every rank, here each
-// rank's gradient in its own tokens and zeros elsewhere, summed over the group. (Megatron
-// turns the embedding's allreduce into a reduce-scatter instead; this keeps task C as it is.)
+// TP's first column layer would: the whole dL/dx, the same on every rank. Each rank
+// holds the complete gradient of its own tokens, so an all-gather of the tokens gives it
+// (an allreduce of zero-padded copies would move twice the bytes in more rounds, for the
+// same result). (Megatron turns the embedding's allreduce into a reduce-scatter instead;
+// this keeps task C as it is.)
 class SequenceSplit : public nn::Layer {
  public:
   SequenceSplit(std::string name, Communicator& tp) : nn::Layer(std::move(name)), tp_(tp) {}
@@ -114,15 +117,25 @@ class SequenceSplit : public nn::Layer {
   const nn::Tensor& backward(const nn::Tensor& dy, const nn::GradReadyFn& /*grad_ready*/) override {
     Cache& cache = caches_.at(slot_);
     nn::detail::require_grad(dy, cache.y, name_);
-    const SequenceShard s = sequence_shard(cache.full, tp_.world_size(), tp_.rank(), name_.c_str(), "x");
     nn::detail::ensure(cache.dx, cache.full, dy.dtype());
-    cache.dx.zero();
-    const std::int64_t piece = s.tokens.size * s.token;
-    for (std::int64_t b = 0; b < s.sequences; ++b) {
-      cache.dx.view((b * s.length + s.tokens.begin) * s.token, {piece}).copy_from(dy.view(b * piece, {piece}));
+    const auto count = static_cast<std::size_t>(dy.numel());
+    const int parts = tp_.world_size();
+    const SequenceShard first = sequence_shard(cache.full, parts, 0, name_.c_str(), "x");
+    if (parts == 1 || first.sequences == 1) {  // rank order is sequence order
+      tp_.allgather(dy.raw(), cache.dx.raw(), count, dy.dtype()).wait();
+      return cache.dx;
     }
-    tp_.allreduce(cache.dx.raw(), static_cast<std::size_t>(cache.dx.numel()), cache.dx.dtype(), ReduceOp::kSum)
-        .wait();
+    // Block q of the all-gather is rank q's tokens of every sequence: put each piece in its place.
+    ensure_staging(cache.staging, {cache.dx.numel()}, dy.dtype());
+    tp_.allgather(dy.raw(), cache.staging.raw(), count, dy.dtype()).wait();
+    for (int q = 0; q < parts; ++q) {
+      const SequenceShard s = sequence_shard(cache.full, parts, q, name_.c_str(), "x");
+      const std::int64_t piece = s.tokens.size * s.token;  // rank q's tokens of one sequence
+      for (std::int64_t b = 0; b < s.sequences; ++b) {
+        cache.dx.view((b * s.length + s.tokens.begin) * s.token, {piece})
+            .copy_from(cache.staging.view((q * s.sequences + b) * piece, {piece}));
+      }
+    }
     return cache.dx;
   }
 
@@ -137,8 +150,9 @@ class SequenceSplit : public nn::Layer {
 
  private:
   struct Cache {
-    nn::Shape full;     // the whole input's shape
-    nn::Tensor y, dx;   // this rank's tokens; the whole gradient
+    nn::Shape full;       // the whole input's shape
+    nn::Tensor y, dx;     // this rank's tokens; the whole gradient
+    nn::Tensor staging;   // the all-gather's output in rank order (kCommunication)
   };
   Communicator& tp_;
   nn::SlotCaches<Cache> caches_;

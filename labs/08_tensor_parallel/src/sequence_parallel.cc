@@ -14,7 +14,7 @@
 //     replica           0  0  1  1      tensor groups {0,1}, {2,3} (consecutive: one node each)
 //     tensor rank       0  1  0  1      data groups {0,2}, {1,3}
 //     (make_grid(world, T = 2): model_group = the tensor group, model_rank = the tensor rank)
-#include <vector>
+#include <string>
 
 #include "lab08/tensor_parallel.h"
 
@@ -23,9 +23,10 @@ namespace dtl::lab08 {
 void allreduce_sequence_parallel_gradients(Communicator& tp, std::span<nn::Parameter* const> replicated) {
   // TODO(student): With sequence parallelism each rank's gradient of a replicated parameter covers its own
   //   rows only. On return the gradient of every parameter in `replicated` holds the full
-  //   gradient, the sum (not the average) over the tensor group `tp`, as the header says. All
-  //   in flight together, finished on return; nothing to do for a group of one (Note
-  //   [Sequence parallelism], handout Task D).
+  //   gradient, the sum (not the average) over the tensor group `tp`, as the header says, with
+  //   one collective for them all (they are small, and each collective costs a latency: Note
+  //   [One collective for the small gradients]); none for a group of one or an empty list.
+  //   Gradients of different dtypes are refused before any collective (handout Task D).
   throw dtl::NotImplemented("allreduce_sequence_parallel_gradients");
 }
 

@@ -6,7 +6,7 @@
 // bytes of every layer against the closed form, exactly (the memory tracker), and
 // the split regions' bytes at 1/T of plain tensor parallelism's; every allreduce
 // replaced by an all-gather and a reduce-scatter of the same bytes; the replicated
-// parameters' partial gradients summed over the group.
+// parameters' partial gradients summed over the group, in one collective.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -88,9 +88,60 @@ TEST(SequenceParallel, ReplicatedGradientsAreSummedNotAveraged) {
   for (nn::Parameter* p : params) {
     EXPECT_TRUE(close_to({sum, T * (T - 1.0), -1.0 * T}, values(p->grad), "the summed gradient of " + p->name));
   }
-  if (T > 1) {
-    EXPECT_EQ(tp.record.count(CollectiveKind::kAllreduce), 2) << "one allreduce per parameter";
+}
+
+// Parameters of different sizes and shapes (a LayerNorm of 5, a Linear's 2 x 3 weight and
+// bias of 2): each gradient summed over the group in its own place, with one allreduce
+// of all their elements (Note [One collective for the small gradients]); none for a group
+// of one or an empty list.
+TEST(SequenceParallel, SmallGradientsGoInOneCollective) {
+  Group tp(comm());
+  const int T = tp.size(), r = tp.rank();
+  dtl::Rng rng(5);
+  nn::LayerNorm ln("ln", 5, nn::DType::kF32);
+  nn::Linear lin("lin", 3, 2, nn::DType::kF32, rng, 0.1, true);
+  std::vector<nn::Parameter*> params = ln.parameters();
+  for (nn::Parameter* p : lin.parameters()) params.push_back(p);
+  std::vector<std::vector<double>> want;
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const std::int64_t n = params[i]->grad.numel();
+    std::vector<double> mine(static_cast<std::size_t>(n)), sum(static_cast<std::size_t>(n));
+    for (std::int64_t j = 0; j < n; ++j) {
+      auto value = [&](int rank) { return static_cast<double>(10 * (static_cast<std::int64_t>(i) + 1) + j + rank); };
+      mine[static_cast<std::size_t>(j)] = value(r);
+      for (int q = 0; q < T; ++q) sum[static_cast<std::size_t>(j)] += value(q);
+    }
+    params[i]->grad.copy_from(tensor_of(params[i]->grad.shape(), mine, nn::DType::kF32));
+    want.push_back(sum);
+    total += static_cast<std::size_t>(n);
   }
+  tp.record.clear();
+  lab08::allreduce_sequence_parallel_gradients(tp.record, params);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(close_to(want[i], values(params[i]->grad), "the summed gradient of " + params[i]->name + " at T = " +
+                                                               std::to_string(T) + ", rank " + std::to_string(r)));
+  }
+  if (T > 1) {
+    EXPECT_TRUE(ops_are(tp.record, {CollectiveKind::kAllreduce}, {total},
+                        "one allreduce of the " + std::to_string(total) + " gradient elements"));
+  } else {
+    EXPECT_EQ(tp.record.ops().size(), 0U) << "a group of one sums nothing";
+  }
+  tp.record.clear();
+  lab08::allreduce_sequence_parallel_gradients(tp.record, std::vector<nn::Parameter*>{});
+  EXPECT_EQ(tp.record.ops().size(), 0U) << "rank " << r << ": an empty list needs no collective";
+}
+
+TEST(Errors, SequenceParallelGradientsOfMixedDtypesAreRefused) {
+  Group tp(comm());
+  const int T = tp.size(), r = tp.rank();
+  nn::LayerNorm single("single", 4, nn::DType::kF32), twice("double", 4, nn::DType::kF64);
+  const std::vector<nn::Parameter*> params = {single.parameters()[0], twice.parameters()[0]};
+  tp.record.clear();
+  EXPECT_TRUE(refused([&] { lab08::allreduce_sequence_parallel_gradients(tp.record, params); },
+                      {"'replicated'", tp_rank_words(r, T)}, "f32 and f64 gradients in one call"));
+  EXPECT_EQ(tp.record.ops().size(), 0U) << "rank " << r << ": refused before any collective";
 }
 
 // ---------------------------------------------------------------------------
@@ -117,6 +168,12 @@ TEST(SequenceParallel, GptEqualsOneProcess) {
   EXPECT_TRUE(params_match(oracle.model.parameters(), mine.model.parameters(), false, T, r,
                            "the sequence-parallel GPT after " + std::to_string(kSteps) + " steps at T = " +
                                std::to_string(T),
+                           kF32Tol));
+  // The last step's gradients, after allreduce_sequence_parallel_gradients(): every one
+  // equal to this rank's slice of one process's.
+  EXPECT_TRUE(params_match(oracle.model.parameters(), mine.model.parameters(), true, T, r,
+                           "the gradients of the sequence-parallel GPT's step " + std::to_string(kSteps - 1) +
+                               " at T = " + std::to_string(T),
                            kF32Tol));
 }
 

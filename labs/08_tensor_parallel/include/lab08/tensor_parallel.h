@@ -200,13 +200,33 @@ using lab07::allreduce_data_parallel_gradients;
 using lab07::Grid;
 using lab07::make_grid;
 
+// Note [One collective for the small gradients]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The bench's sequence-parallel GPT has 14 replicated parameters whose gradients are
+// partial (per block, two LayerNorms' weights and biases and two row-parallel biases;
+// the final LayerNorm's weight and bias), each C = 128 floats: 7 KiB in all. A collective costs a latency whatever its size
+// (alpha in the alpha-beta model; on Open MPI with a polling progress thread, rounds of
+// at least one poll each), so 14 allreduces of 512 bytes cost about 14 latencies and
+// move almost nothing. One allreduce of the 14 packed end to end costs one: DDP's
+// bucket (lab 04), here one bucket, because the gradients are tiny and all ready at
+// once, after backward. On the emulated 10 GbE link (alpha 10 us) the one allreduce saves
+// 13 latencies, 0.26 ms per step of the bench's GPT at T = 2. On Open MPI with a polling
+// progress thread the 14 were in flight together and progressed in the same polls, so
+// one waits about as long as they did (0.6 ms): bench/RESULTS.md, "Where SP's extra
+// time goes".
+
 /// @brief Sums the partial gradients of parameters used in a sequence-parallel
-/// region over the tensor-parallel group (Note [Sequence parallelism], in lab08/parallel_linear.h).
+/// region over the tensor-parallel group (Note [Sequence parallelism], in lab08/parallel_linear.h),
+/// with one collective for them all (Note [One collective for the small gradients]).
 ///
 /// Collective over `tp`: every rank passes its copies of the same parameters, in the same order.
+/// It issues exactly one allreduce of the gradients' total count, and none for a group of one
+/// or an empty list.
 /// @param[in] tp the tensor-parallel group.
 /// @param[in] replicated the parameters replicated on every rank and used on split rows
-///            (LayerNorm weights and biases, row-parallel biases); f32 or f64.
+///            (LayerNorm weights and biases, row-parallel biases); all f32 or all f64.
+/// @throws dtl::InvalidArgument naming "replicated" and the tensor-parallel rank, before any
+///         collective, if the gradients are not all of one dtype.
 void allreduce_sequence_parallel_gradients(Communicator& tp, std::span<nn::Parameter* const> replicated);
 
 }  // namespace dtl::lab08
