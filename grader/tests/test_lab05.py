@@ -51,8 +51,8 @@ class TestLab05Reference(helpers.GraderAssertions, unittest.TestCase):
         self.assertGradescopeJson(self.graded)
         self.assertEqual(self.graded.json["score"], (168 if HAVE_GPU else 158) - self.graded.speed_out())
         self.assertEqual(self.graded.json["max_score"], (168 if HAVE_GPU else 158) - self.graded.speed_out())
-        # 14 CPU items (A1-C4, A+B+C, D1-D4) + 2 GPU items + 1 speed item + 4 example hidden items
-        self.assertEqual(len(self.graded.json["tests"]), 21)
+        # 15 CPU items (A1-C4, A+B+C, D1-D5) + 2 GPU items + 1 speed item + 4 example hidden items
+        self.assertEqual(len(self.graded.json["tests"]), 22)
         self.assertFullMarks(gradable(self.graded.json["tests"]))
 
 
