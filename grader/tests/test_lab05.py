@@ -1,4 +1,4 @@
-"""Lab 05 end to end: `grade.py 05 --reference` gives 153 / 153 without a GPU
+"""Lab 05 end to end: `grade.py 05 --reference` gives 158 / 158 without a GPU
 (130 public CPU points, 10 for speed and 13 example hidden ones; the two 5-point GPU
 items are reported as "not gradable without a GPU" and left out of the total),
 163 / 163 with one; `--skeleton` gives 0 fast, every item saying what is not implemented yet;
@@ -45,10 +45,10 @@ class TestLab05Reference(helpers.GraderAssertions, unittest.TestCase):
     def test_full_marks_for_what_this_machine_can_grade(self):
         self.assertEqual(self.graded.returncode, 0, self.graded.output[-3000:])
         self.assertGradescopeJson(self.graded)
-        self.assertEqual(self.graded.json["score"], (163 if HAVE_GPU else 153) - self.graded.speed_out())
-        self.assertEqual(self.graded.json["max_score"], (163 if HAVE_GPU else 153) - self.graded.speed_out())
-        # 14 CPU items (A1-C4, A+B+C, D1-D4) + 2 GPU items + 1 speed item + 4 example hidden items
-        self.assertEqual(len(self.graded.json["tests"]), 21)
+        self.assertEqual(self.graded.json["score"], (168 if HAVE_GPU else 158) - self.graded.speed_out())
+        self.assertEqual(self.graded.json["max_score"], (168 if HAVE_GPU else 158) - self.graded.speed_out())
+        # 15 CPU items (A1-C4, A+B+C, D1-D5) + 2 GPU items + 1 speed item + 4 example hidden items
+        self.assertEqual(len(self.graded.json["tests"]), 22)
         self.assertFullMarks(gradable(self.graded.json["tests"]))
 
 

@@ -10,11 +10,13 @@
 //               allreduce_mean_half()'s place; P and Q travel in fp32
 //   powersgd rN wu10 it3   the same with Note [Warm-up and power iterations]'s
 //               practice: 10 uncompressed warm-up steps, 3 power iterations per step
+//   ... bf16    the warm-up sent in bf16 (PowerSgdOptions::exact_dtype, Note [Error reset])
+//   ... bf16 rs15   and an error reset every 15 compressed calls, also in bf16
 // Counters: bytes per rank per step on the wire, averaged over the run (the
 // trainer's comm_bytes for the allreduce rows; PowerSgd::bytes_at_step() for
-// PowerSGD, so the warm-up's fp32 steps count) and in the steady state after the
-// warm-up (bytes_per_step()), the median step and averaging time, and the loss:
-// the mean of the last 10 steps' losses. The task
+// PowerSGD, so the warm-up's and the resets' exact steps count) and of one
+// compressed call ("steady", bytes_per_step()), the median step and averaging
+// time, and the loss: the mean of the last 10 steps' losses. The task
 // is learnable and not memorised: fresh inputs every step, labels from a fixed
 // random linear "teacher". After the rows rank 0 prints the table, with each
 // run's bytes and final loss against the fp32 run's (the goal: PowerSGD
@@ -51,6 +53,8 @@ struct Scheme {
   int rank;  // PowerSGD's r; 0: no compression
   int warmup_steps = 0;
   int power_iterations = 1;
+  int error_reset_period = 0;
+  DType exact_dtype = DType::kF32;
 };
 
 struct Outcome {
@@ -123,7 +127,9 @@ void train_row(benchmark::State& state, const std::string& row, const std::strin
     psgd = std::make_unique<PowerSgd>(matrix_layout(model),
                                       PowerSgdOptions{.rank = scheme.rank,
                                                       .warmup_steps = scheme.warmup_steps,
-                                                      .power_iterations = scheme.power_iterations});
+                                                      .power_iterations = scheme.power_iterations,
+                                                      .error_reset_period = scheme.error_reset_period,
+                                                      .exact_dtype = scheme.exact_dtype});
     o.hooks.average = psgd->hook();
   }
   MixedPrecisionTrainer trainer(c, model, o);
@@ -168,7 +174,9 @@ void register_rows() {
                                        {"powersgd r4", Precision::kBF16, 4},
                                        {"powersgd r1 wu10 it3", Precision::kBF16, 1, 10, 3},
                                        {"powersgd r2 wu10 it3", Precision::kBF16, 2, 10, 3},
-                                       {"powersgd r4 wu10 it3", Precision::kBF16, 4, 10, 3}};
+                                       {"powersgd r4 wu10 it3", Precision::kBF16, 4, 10, 3},
+                                       {"powersgd r2 wu10 it3 bf16", Precision::kBF16, 2, 10, 3, 0, DType::kBF16},
+                                       {"powersgd r2 wu10 it3 bf16 rs15", Precision::kBF16, 2, 10, 3, 15, DType::kBF16}};
   std::vector<std::string> links = {"mpi-half", "1GbE"};
   if (dtl::bench::quick()) links = {"mpi-half"};
   for (const std::string& label : links) {
@@ -191,7 +199,7 @@ void print_table() {
               comm().size(), steps(), static_cast<long long>(kBatch), static_cast<unsigned long long>(data_seed()));
   std::printf("# bytes: per rank per step, the mean over the run (warm-up included) and after the warm-up; loss: mean of "
               "the last 10 steps; x fp32: against the fp32 run of the same link.\n");
-  std::printf("%-42s %12s %9s %12s %9s %9s %10s %9s %9s %9s\n", "run", "bytes/step", "x fp32", "steady", "x fp32",
+  std::printf("%-54s %12s %9s %12s %9s %9s %10s %9s %9s %9s\n", "run", "bytes/step", "x fp32", "steady", "x fp32",
               "step ms", "average ms", "loss@1", "loss", "x fp32");
   std::map<std::string, const Outcome*> fp32;
   for (const Outcome& o : outcomes()) {
@@ -200,7 +208,7 @@ void print_table() {
   for (const Outcome& o : outcomes()) {
     const auto it = fp32.find(o.row.substr(0, o.row.rfind('/')));
     const Outcome* base = it == fp32.end() ? &o : it->second;
-    std::printf("%-42s %12.0f %9.3f %12.0f %9.3f %9.2f %10.2f %9.4f %9.4f %9.3f\n", o.row.c_str(), o.bytes,
+    std::printf("%-54s %12.0f %9.3f %12.0f %9.3f %9.2f %10.2f %9.4f %9.4f %9.3f\n", o.row.c_str(), o.bytes,
                 o.bytes / base->bytes, o.steady_bytes, o.steady_bytes / base->bytes, o.step_ms, o.comm_ms, o.first_loss,
                 o.loss, o.loss / base->loss);
   }

@@ -54,6 +54,10 @@ PowerSgd::PowerSgd(std::vector<MatrixShape> layout, PowerSgdOptions options)
                   "is " + std::to_string(options_.warmup_steps) + ", must be >= 0 (0: compress from the first call)");
   DTL_REQUIRE_ARG(options_.power_iterations >= 1, "PowerSgd", "options.power_iterations",
                   "is " + std::to_string(options_.power_iterations) + ", must be >= 1");
+  DTL_REQUIRE_ARG(options_.error_reset_period >= 0, "PowerSgd", "options.error_reset_period",
+                  "is " + std::to_string(options_.error_reset_period) + ", must be >= 0 (0: never reset)");
+  DTL_REQUIRE_ARG(options_.exact_dtype == DType::kF32 || options_.exact_dtype == DType::kBF16, "PowerSgd",
+                  "options.exact_dtype", "is " + std::string(dtype_name(options_.exact_dtype)) + ", must be f32 or bf16");
   for (std::size_t i = 0; i < layout_.size(); ++i) {
     const MatrixShape s = layout_[i];
     DTL_REQUIRE_ARG(s.rows > 0 && s.cols > 0, "PowerSgd", "layout",
@@ -86,8 +90,14 @@ std::size_t PowerSgd::bytes_per_step() const noexcept {
   return elements * sizeof(float);
 }
 
+bool PowerSgd::exact_call(std::int64_t step) const noexcept {
+  if (step < options_.warmup_steps) return true;
+  const std::int64_t period = options_.error_reset_period;
+  return period > 0 && (step - options_.warmup_steps + 1) % period == 0;
+}
+
 std::size_t PowerSgd::bytes_at_step(std::int64_t step) const noexcept {
-  return step < options_.warmup_steps ? count_ * sizeof(float) : bytes_per_step();
+  return exact_call(step) ? count_ * dtype_size(options_.exact_dtype) : bytes_per_step();
 }
 
 decltype(StepHooks::average) PowerSgd::hook() {

@@ -15,17 +15,20 @@
 // Communication per call: one f32 allreduce of every P, one of every Q, one of
 // the uncompressed gradients. That is PyTorch's batching too (its hook packs
 // the P's and the Q's of a bucket into one tensor each). With more power
-// iterations, one more P and one more Q allreduce per round; in the warm-up,
-// one allreduce of the whole gradient (Note [Warm-up and power iterations]).
+// iterations, one more P and one more Q allreduce per round; in the warm-up and
+// at an error reset, one allreduce of the whole gradient, in fp32 or bf16 (Notes
+// [Warm-up and power iterations] and [Error reset]).
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/error.h"
+#include "harness/nn/half.h"
 #include "lab05/powersgd.h"
 
 namespace dtl::lab05 {
@@ -53,11 +56,13 @@ void PowerSgd::average(Communicator& backend, float* grads, std::size_t count) {
   //   error in error_[i]) is replaced by its rank-r picture (P times Q transposed) after error
   //   feedback, options_.power_iterations power-iteration steps from q_[i], each with
   //   orthonormalize_columns() and the Q's averaged; q_[i] and error_[i] updated for the next
-  //   call. Every other matrix is averaged exactly. The first options_.warmup_steps calls
-  //   (steps_ counts every call) are one exact average of the whole gradient instead, Q and
-  //   errors untouched. Over `backend`: f32 allreduces only, bytes_at_step() bytes in all,
-  //   each waited for before returning. See Note [Warm-up and power iterations] and
-  //   handout Task D, Hints 1-3.
+  //   call. Every other matrix is averaged exactly. A call with exact_call(step) true (steps_
+  //   counts every call) is one exact average of the whole gradient instead, in
+  //   options_.exact_dtype: in the warm-up Q and errors untouched, at an error reset the
+  //   errors added first and then zeroed. Over `backend`: one f32 allreduce per transfer (a
+  //   bf16 sum for bf16 exact calls), bytes_at_step() bytes in all, each waited for before
+  //   returning. See Notes [Warm-up and power iterations] and [Error reset], and handout
+  //   Task D, Hints 1-4.
   throw dtl::NotImplemented("PowerSgd::average");
 }
 

@@ -13,6 +13,8 @@
 //   - Note [Warm-up and power iterations]: the warm-up's bytes (fp32's, counted at
 //     the interface) and its exact mean; the best rank-2 picture of a mean built
 //     from known singular vectors, reached by many power iterations;
+//   - Note [Error reset]: which calls are exact (a closed form), their bytes in fp32
+//     and bf16 at the interface, every error 0 after one, and sent = computed then;
 //   - training: the loss of PowerSGD rank 2 against one fp32 process.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -436,6 +438,129 @@ TEST(PowerSgdIterations, ManyIterationsGiveTheBestRankRPicture) {
       EXPECT_GT(max_gap(grads, best), 1e-2) << "one iteration from a random Q: the test would be empty";
     }
   }
+}
+
+// ---------------------------------------------------------------------------
+// Note [Error reset]
+// ---------------------------------------------------------------------------
+
+// Warm-up 1, a reset every 3 compressed calls, in fp32: calls 0, 3 and 6 are exact (the
+// closed form), send fp32's bytes in one allreduce and leave every error at 0; the
+// others are rank r's. Every call against the double oracle, and after each reset
+// what was sent is exactly what was computed (the means by the vendor MPI).
+TEST(PowerSgdReset, ResetCallsAreExactAndZeroTheErrors) {
+  auto inner = backend();
+  dtl::testing::RecordingCommunicator rec(*inner);
+  const int w = comm().size(), me = comm().rank();
+  PowerSgdOptions options = kOptions;
+  options.warmup_steps = 1;
+  options.error_reset_period = 3;
+  lab05::PowerSgd psgd(kLayout, options);
+  Oracle oracle(kLayout, options, w);
+  const std::size_t fp32 = oracle.count * sizeof(float);
+  const std::size_t compressed = (((6 + 4) * 2 + (8 + 5) * 2 + (2 + 7) * 2) + 5 + 9) * sizeof(float);
+  std::vector<double> computed(oracle.count, 0.0), sent(oracle.count, 0.0);
+  for (int call = 0; call < 8; ++call) {
+    const bool exact = call == 0 || call == 3 || call == 6;
+    rec.clear();
+    std::vector<std::vector<double>> all;
+    for (int r = 0; r < w; ++r) all.push_back(gradient(oracle.count, r, 90 + call));
+    const std::vector<double> expected = oracle.step(all);
+    const std::vector<float> mine(all[static_cast<std::size_t>(me)].begin(), all[static_cast<std::size_t>(me)].end());
+    const std::vector<double> sum = sum_over_ranks(mine);
+    std::vector<float> grads = mine;
+    psgd.average(rec, grads.data(), grads.size());
+    EXPECT_EQ(psgd.exact_call(call), exact) << "call " << call;
+    EXPECT_EQ(rec.bytes(dtl::CollectiveKind::kAllreduce), exact ? fp32 : compressed) << "call " << call;
+    EXPECT_EQ(psgd.bytes_at_step(call), exact ? fp32 : compressed) << "call " << call;
+    if (exact) {
+      EXPECT_EQ(rec.ops().size(), 1u) << "call " << call << ": one allreduce of the whole gradient";
+    }
+    for (const auto& op : rec.ops()) EXPECT_EQ(op.dtype, dtl::DType::kF32) << "call " << call;
+    EXPECT_LE(max_gap(grads, expected), 2e-4) << "call " << call;
+    EXPECT_TRUE(same_on_every_rank(grads)) << "call " << call;
+    for (std::size_t k = 0; k < oracle.count; ++k) {
+      computed[k] += sum[k] / w;
+      sent[k] += grads[k];
+    }
+    for (std::size_t i : {std::size_t{0}, std::size_t{3}, std::size_t{4}}) {
+      EXPECT_LE(max_gap(psgd.error(i), oracle.error[static_cast<std::size_t>(me)][i]), 2e-4) << "call " << call << ", matrix " << i;
+      if (exact) {
+        for (float e : psgd.error(i)) ASSERT_EQ(e, 0.0f) << "call " << call << ": the errors are 0 after an exact call";
+      }
+    }
+    if (exact) {
+      EXPECT_LE(max_gap(sent, computed), 1e-4) << "call " << call << ": after a reset, all that was computed is sent";
+    }
+  }
+  EXPECT_EQ(psgd.steps(), 8);
+}
+
+// exact_dtype = kBF16: the warm-up and the resets send half fp32's bytes, in one bf16
+// allreduce. Gradients of the form k / 8 (|k| <= 20) have bf16 sums that are exact, so
+// a warm-up call is the exact mean to the bit; a reset (the errors are not on that
+// grid) is within bf16's rounding of the double oracle. Compressed calls stay fp32.
+TEST(PowerSgdReset, Bf16ExactCallsSendHalfTheBytes) {
+  auto inner = backend();
+  Bf16OracleCommunicator summed(*inner);  // bf16 sums of the vendor MPI: task A's code plays no part
+  dtl::testing::RecordingCommunicator rec(summed);
+  const int w = comm().size(), me = comm().rank();
+  PowerSgdOptions options = kOptions;
+  options.warmup_steps = 2;
+  options.error_reset_period = 2;
+  options.exact_dtype = dtl::DType::kBF16;
+  lab05::PowerSgd psgd(kLayout, options);
+  Oracle oracle(kLayout, options, w);
+  const std::size_t compressed = (((6 + 4) * 2 + (8 + 5) * 2 + (2 + 7) * 2) + 5 + 9) * sizeof(float);
+  for (int call = 0; call < 6; ++call) {
+    const bool exact = call < 2 || call == 3 || call == 5;
+    rec.clear();
+    std::vector<std::vector<double>> all;
+    for (int r = 0; r < w; ++r) {
+      std::vector<double> g = gradient(oracle.count, r, 110 + call);
+      for (double& v : g) v = std::round(std::clamp(v * 8.0, -20.0, 20.0)) / 8.0;
+      all.push_back(std::move(g));
+    }
+    const std::vector<double> expected = oracle.step(all);
+    std::vector<float> grads(all[static_cast<std::size_t>(me)].begin(), all[static_cast<std::size_t>(me)].end());
+    psgd.average(rec, grads.data(), grads.size());
+    EXPECT_EQ(psgd.exact_call(call), exact) << "call " << call;
+    EXPECT_EQ(rec.bytes(dtl::CollectiveKind::kAllreduce), exact ? oracle.count * 2 : compressed) << "call " << call;
+    EXPECT_EQ(psgd.bytes_at_step(call), exact ? oracle.count * 2 : compressed) << "call " << call;
+    for (const auto& op : rec.ops()) {
+      EXPECT_EQ(op.dtype, exact ? dtl::DType::kBF16 : dtl::DType::kF32) << "call " << call;
+    }
+    if (call < 2) {
+      for (std::size_t k = 0; k < grads.size(); ++k) {
+        double sum = 0.0;  // exact: multiples of 1/8 below 2^8 / 8
+        for (int r = 0; r < w; ++r) sum += all[static_cast<std::size_t>(r)][k];
+        ASSERT_EQ(grads[k], static_cast<float>(sum / w)) << "call " << call << ", element " << k << ": the warm-up's mean";
+      }
+    } else {
+      EXPECT_LE(max_gap(grads, expected), exact ? 1.0 / 64 : 2e-4) << "call " << call;
+    }
+    if (exact) {
+      for (float e : psgd.error(3)) ASSERT_EQ(e, 0.0f) << "call " << call;
+    }
+    EXPECT_TRUE(same_on_every_rank(grads)) << "call " << call;
+  }
+}
+
+// Bad options are named, with the rank; the default never resets and sends fp32.
+TEST(PowerSgdReset, BadOptionsNamedAndTheDefaultNeverResets) {
+  const std::string me = "rank " + std::to_string(comm().rank());
+  std::string m = invalid_argument_message([] { lab05::PowerSgd({{4, 4}}, {.error_reset_period = -1}); });
+  EXPECT_NE(m.find("options.error_reset_period"), std::string::npos) << m;
+  EXPECT_NE(m.find(me), std::string::npos) << m;
+  for (dtl::DType bad : {dtl::DType::kF16, dtl::DType::kI32}) {
+    m = invalid_argument_message([bad] { lab05::PowerSgd({{4, 4}}, {.exact_dtype = bad}); });
+    EXPECT_NE(m.find("options.exact_dtype"), std::string::npos) << m;
+    EXPECT_NE(m.find(me), std::string::npos) << m;
+  }
+  const lab05::PowerSgd plain({{4, 4}}, {.min_compress_elements = 0, .warmup_steps = 1});
+  EXPECT_TRUE(plain.exact_call(0));
+  for (int call = 1; call < 50; ++call) EXPECT_FALSE(plain.exact_call(call)) << "call " << call;
+  EXPECT_EQ(plain.bytes_at_step(0), 16 * sizeof(float));
 }
 
 // ---------------------------------------------------------------------------

@@ -15,17 +15,20 @@
 // Communication per call: one f32 allreduce of every P, one of every Q, one of
 // the uncompressed gradients. That is PyTorch's batching too (its hook packs
 // the P's and the Q's of a bucket into one tensor each). With more power
-// iterations, one more P and one more Q allreduce per round; in the warm-up,
-// one allreduce of the whole gradient (Note [Warm-up and power iterations]).
+// iterations, one more P and one more Q allreduce per round; in the warm-up and
+// at an error reset, one allreduce of the whole gradient, in fp32 or bf16 (Notes
+// [Warm-up and power iterations] and [Error reset]).
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/error.h"
+#include "harness/nn/half.h"
 #include "lab05/powersgd.h"
 
 namespace dtl::lab05 {
@@ -68,17 +71,34 @@ void PowerSgd::average(Communicator& backend, float* grads, std::size_t count) {
   // | error in error_[i]) is replaced by its rank-r picture (P times Q transposed) after error
   // | feedback, options_.power_iterations power-iteration steps from q_[i], each with
   // | orthonormalize_columns() and the Q's averaged; q_[i] and error_[i] updated for the next
-  // | call. Every other matrix is averaged exactly. The first options_.warmup_steps calls
-  // | (steps_ counts every call) are one exact average of the whole gradient instead, Q and
-  // | errors untouched. Over `backend`: f32 allreduces only, bytes_at_step() bytes in all,
-  // | each waited for before returning. See Note [Warm-up and power iterations] and
-  // | handout Task D, Hints 1-3.
+  // | call. Every other matrix is averaged exactly. A call with exact_call(step) true (steps_
+  // | counts every call) is one exact average of the whole gradient instead, in
+  // | options_.exact_dtype: in the warm-up Q and errors untouched, at an error reset the
+  // | errors added first and then zeroed. Over `backend`: one f32 allreduce per transfer (a
+  // | bf16 sum for bf16 exact calls), bytes_at_step() bytes in all, each waited for before
+  // | returning. See Notes [Warm-up and power iterations] and [Error reset], and handout
+  // | Task D, Hints 1-4.
   const float world = static_cast<float>(backend.world_size());
   const std::int64_t step = steps_++;
 
-  // 0. The warm-up: the whole gradient, uncompressed and exact; Q and the errors wait.
-  if (step < options_.warmup_steps) {
-    if (count > 0) backend.allreduce(grads, count, DType::kF32, ReduceOp::kAvg).wait();
+  // 0. The exact calls: the warm-up (Q and the errors wait) and an error reset (M = G + e
+  //    averaged whole, then every error is 0). In fp32, or summed in bf16 (Note [Error reset]).
+  if (exact_call(step)) {
+    if (step >= options_.warmup_steps) {
+      for (std::size_t i = 0; i < layout_.size(); ++i) {
+        float* mat = grads + offsets_[i];
+        for (float& e : error_[i]) *mat++ += std::exchange(e, 0.0f);
+      }
+    }
+    if (count == 0) return;
+    if (options_.exact_dtype == DType::kF32) {
+      backend.allreduce(grads, count, DType::kF32, ReduceOp::kAvg).wait();
+      return;
+    }
+    std::vector<std::uint16_t> narrow(count);
+    for (std::size_t k = 0; k < count; ++k) narrow[k] = nn::float_to_bf16_bits(grads[k]);
+    backend.allreduce(narrow.data(), count, DType::kBF16, ReduceOp::kSum).wait();
+    for (std::size_t k = 0; k < count; ++k) grads[k] = nn::bf16_bits_to_float(narrow[k]) / world;
     return;
   }
 

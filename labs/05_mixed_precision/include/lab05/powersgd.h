@@ -103,6 +103,37 @@ namespace dtl::lab05 {
 // rank-r approximation when its r-th and (r+1)-th singular values differ); the
 // price is I (n + m) r floats per matrix, and 1 + 2 I allreduces per call.
 
+// Note [Error reset]
+// ~~~~~~~~~~~~~~~~~~
+// What error feedback holds back is sent late, never lost (Note [PowerSGD]). At rank
+// 1-2 "late" is long: a direction waits in e until it is among M's top r, and the
+// gradients of an MLP fed fresh inputs have dozens of directions of similar size. So
+// the run lags fp32's by tens of steps, most of all early. An error reset sends the
+// backlog at once, now and then (the idea of Xie et al., "CSER: Communication-efficient
+// SGD with Error Reset", NeurIPS 2020; here the simplest form):
+//
+//   PowerSgdOptions::error_reset_period = F > 0: compressed calls F - 1, 2F - 1, ...
+//   (counted from the first call after the warm-up) are exact: M_w = G_w + e_w is
+//   averaged whole, the result is mean_w(M_w), and every e_w becomes 0. Q is kept.
+//
+// Nothing is lost: sum_t G_w,t = sum_t sent + e_w,T still holds, and right after a
+// reset e_w,T = 0, so what was sent is then exactly what was computed.
+//
+// PowerSgdOptions::exact_dtype says what the exact calls (warm-up and resets) send:
+// kF32 (one kAvg allreduce of `count` floats) or kBF16 (every element rounded to
+// bf16, one kBF16 kSum allreduce of `count` elements, widened, divided by the world
+// size in fp32): half the bytes, a rounding of relative size 2^-8 per element and
+// addition. So a longer warm-up and resets fit a byte budget. What one call sends:
+//
+//     bytes_at_step(t) = count dtype_size(exact_dtype)   if exact_call(t)
+//                      = bytes_per_step()                otherwise
+//
+// Measured on the benchmark's MLP (bench/RESULTS.md): rank 2, warm-up 10, 3 power
+// iterations, a reset every 15 calls, both in bf16, sends 0.092x fp32's bytes over
+// 150 steps and ends at 1.038x fp32's loss on the mean of four data seeds at 2 ranks
+// (1.050x without resets), 1.046x at 4 ranks (1.040x without): within the metric's
+// noise of about 1.5% either way. An option to study, not a proven fix.
+
 /// @brief One gradient seen as a matrix: rows x cols, row-major, in the flat gradient.
 struct MatrixShape {
   std::int64_t rows = 0;  ///< n: the parameter's first dimension
@@ -123,6 +154,8 @@ struct PowerSgdOptions {
   std::uint64_t seed = 2019;                 ///< the first Q (initial_q()); the same on every rank
   int warmup_steps = 0;      ///< calls of average() that send the whole gradient uncompressed first; >= 0 (Note [Warm-up and power iterations])
   int power_iterations = 1;  ///< power-iteration steps per call; >= 1 (Note [Warm-up and power iterations])
+  int error_reset_period = 0;       ///< every this-many-th compressed call is exact and zeroes the errors; >= 0, 0: never (Note [Error reset])
+  DType exact_dtype = DType::kF32;  ///< what the exact calls (warm-up, resets) send: kF32 or kBF16 (Note [Error reset])
 };
 
 /// @brief The first Q's element (row, col) of matrix `matrix`: uniform in [-1, 1).
@@ -155,7 +188,8 @@ class PowerSgd {
   /// @param[in] options rank, the uncompressed rule, the seed.
   /// @throws dtl::InvalidArgument naming the argument (and this process's rank) for
   ///         options.rank <= 0, options.min_compress_elements < 0, options.warmup_steps < 0,
-  ///         options.power_iterations < 1, or a shape with rows or cols <= 0.
+  ///         options.power_iterations < 1, options.error_reset_period < 0, options.exact_dtype
+  ///         other than kF32 and kBF16, or a shape with rows or cols <= 0.
   PowerSgd(std::vector<MatrixShape> layout, PowerSgdOptions options);
 
   /// @brief Averages the flat fp32 gradient `grads` over the ranks of `backend`, compressed.
@@ -171,8 +205,10 @@ class PowerSgd {
   /// Note [Warm-up and power iterations]: the first options.warmup_steps calls are one
   /// exact f32 averaging allreduce of all `count` floats instead, Q and errors untouched;
   /// with options.power_iterations = I, each compressed call runs I - 1 more rounds of
-  /// (P, Q) first: at most 1 + 2 I allreduces. Every call counts in steps(), and sends
-  /// bytes_at_step(steps() before the call) bytes.
+  /// (P, Q) first: at most 1 + 2 I allreduces. Note [Error reset]: a call with
+  /// exact_call(steps()) true is one exact average of the whole gradient (plus the errors
+  /// at a reset, which then become 0), in options.exact_dtype. Every call counts in steps(),
+  /// and sends bytes_at_step(steps() before the call) bytes.
   ///
   /// Collective: every rank of `backend` must call it, with the same layout and count.
   /// @param[in] backend the ranks.
@@ -210,9 +246,13 @@ class PowerSgd {
   ///         4 (I sum (n + m) r + uncompressed elements), I = options.power_iterations.
   std::size_t bytes_per_step() const noexcept;
   /// @param[in] step a call's index, from 0.
-  /// @return what call `step` of average() sends, in bytes: 4 count() while step < options.warmup_steps
-  ///         (the warm-up), bytes_per_step() after.
+  /// @return what call `step` of average() sends, in bytes: count() dtype_size(options.exact_dtype)
+  ///         for an exact call (the warm-up, an error reset: exact_call()), bytes_per_step() otherwise.
   std::size_t bytes_at_step(std::int64_t step) const noexcept;
+  /// @param[in] step a call's index, from 0.
+  /// @return whether call `step` of average() is exact: step < options.warmup_steps, or, with
+  ///         F = options.error_reset_period > 0, (step - options.warmup_steps + 1) a multiple of F.
+  bool exact_call(std::int64_t step) const noexcept;
   /// @return the calls of average() so far (warm-up included).
   std::int64_t steps() const noexcept { return steps_; }
 
