@@ -62,7 +62,7 @@ void PowerSgd::average(Communicator& backend, float* grads, std::size_t count) {
   //   errors added first and then zeroed. Over `backend`: one f32 allreduce per transfer (a
   //   bf16 sum for bf16 exact calls), bytes_at_step() bytes in all, each waited for before
   //   returning. See Notes [Warm-up and power iterations] and [Error reset], and handout
-  //   Task D, Hints 1-4.
+  //   Task D, Hints 1-3.
   throw dtl::NotImplemented("PowerSgd::average");
 }
 

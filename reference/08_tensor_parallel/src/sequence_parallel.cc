@@ -27,7 +27,8 @@ void allreduce_sequence_parallel_gradients(Communicator& tp, std::span<nn::Param
   // | gradient, the sum (not the average) over the tensor group `tp`, as the header says, with
   // | one collective for them all (they are small, and each collective costs a latency: Note
   // | [One collective for the small gradients]); none for a group of one or an empty list.
-  // | Gradients of different dtypes are refused before any collective (handout Task D).
+  // | Gradients of different dtypes: dtl::InvalidArgument naming "replicated" and the rank,
+  // | before any collective (handout Task D).
   if (replicated.empty()) return;
   const nn::DType dtype = replicated.front()->grad.dtype();
   std::int64_t count = 0;
