@@ -21,7 +21,6 @@ a full timeout). Not "not run": a deadlocking ring must not cost the halo items.
 """
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import tempfile

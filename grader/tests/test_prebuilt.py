@@ -16,7 +16,6 @@
 import json
 import multiprocessing
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
