@@ -8,8 +8,9 @@
 - the noise guard (Note [Noise guard]) on made-up measurements: the reference
   against itself on a noisy machine (seeded random noise, and the numbers of
   issue 31) scores full marks or "too noisy", never less; a slow submission still
-  loses its points on a quiet and on a noisy machine; the pair count grows only
-  while the result is unclear;
+  loses its points on a quiet and on a noisy machine, and noise that spans the
+  whole scale (ratio x bound reaching zero_at) gives "too noisy", not full
+  points; the pair count grows only while the result is unclear;
 - the early stop (Note [Early stop]): after `early_runs` pairs that all say full
   points or all say none, no more pairs; the same guarantees as above, simulated,
   at fewer pairs; a close call still gets the whole measurement;
@@ -237,6 +238,31 @@ class TestNoiseGuard(unittest.TestCase):
         self.assertEqual((result.status, result.score), ("failed", 0.0), result.output)
         self.assertEqual(result.details["pairs"], 6)
 
+    def test_slow_submission_squeezed_beside_a_wild_load_is_not_full(self):
+        """The grader's own test once saw this: a ring shift 10x slower, beside a load
+        that swung every run several fold, came out at a median of 1.19 with pairs
+        from 0.32 to 6.91, and took full points. The interval of that median reaches
+        zero_at: "too noisy" at once (5 pairs, no more), never full points."""
+        reference = [1.0, 4.0, 1.0, 1.0, 4.0, 1.0, 1.0, 4.0, 1.0, 1.0] * 2
+        submission = [0.64, 2.4, 2.38, 13.8, 0.6, 2.4, 2.38, 13.8, 0.64, 2.5]  # ratios 0.32 .. 6.9
+        result = grade_with(FakeBench(reference=reference, submission=submission), item(early_runs=3))
+        self.assertEqual(result.status, perf.TOO_NOISY, result.output)
+        self.assertEqual((result.score, result.details["verdict"], result.details["pairs"]), (0.0, "too noisy", 5))
+        self.assertAlmostEqual(result.details["ratio"], 1.19, places=2)
+        self.assertIn("the pairs went from 0.32 to 6.90 and the interval of their median reaches 6.90",
+                      result.output)
+        self.assertIn("left out of the total", result.output)
+
+    def test_full_points_below_full_at_while_the_interval_stays_under_zero_at(self):
+        """The same median with one pair at 2.9: the interval stays below zero_at,
+        so the median below full_at gives full points."""
+        submission = [1.19, 0.9, 2.9, 1.0, 1.3]
+        result = grade_with(FakeBench(reference=[1.0] * 10, submission=submission), item(early_runs=3))
+        self.assertEqual((result.status, result.score, result.details["pairs"]), ("passed", 5, 5), result.output)
+        result = grade_with(FakeBench(reference=[1.0] * 10, submission=[1.19, 0.9, 3.0, 1.0, 1.3]),
+                            item(early_runs=3))
+        self.assertEqual(result.status, perf.TOO_NOISY, result.output)  # at zero_at: no longer clear
+
     def test_partial_points_when_clearly_slower(self):
         result = grade_with(FakeBench(2.25))  # exactly between full_at 1.5 and zero_at 3.0, no noise
         self.assertEqual((result.status, result.score), ("failed", 2.5))
@@ -300,6 +326,18 @@ class TestEarlyStop(unittest.TestCase):
                 self.assertEqual((result.status, result.score), ("failed", 0.0), result.output)
                 self.assertEqual(result.details["verdict"], "scored")
             self.assertEqual(result.details["pairs"], 3, result.output)
+
+    def test_noise_never_gives_a_slow_submission_full_points(self):
+        """3.5x slower at the noisiest level: without the interval check 13 gradings in
+        600 took full points (Note [Noise guard]); with it, none (scored or too noisy)."""
+        rng = random.Random(7)
+        outcomes = {}
+        for _ in range(600):
+            quiet, busy, share = NOISE_LEVELS[2]
+            result = grade_with(FakeBench(3.5, mixture(rng, share, quiet, busy)), self.early())
+            self.assertNotEqual(result.status, "passed", result.output)
+            outcomes[result.status] = outcomes.get(result.status, 0) + 1
+        self.assertGreater(outcomes["failed"], 200)
 
     def test_a_close_call_is_measured_in_full(self):
         """Pairs on both sides of full_at: no early verdict; judged at 5 pairs."""

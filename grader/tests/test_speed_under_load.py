@@ -11,7 +11,8 @@ classes' speed items too, and this class could not share the machine).
   Lab 01 is graded in a batch with --jobs 2 beside a slow submission (the
   reference's ring shift, then 30 copies of the message: test_perf.py's), which
   must still lose speed points there (measured, above full_at; all 5 only where
-  the load leaves the ratio above zero_at) and keep every other point. A lab
+  the load leaves the ratio above zero_at), or be "too noisy" where its pairs
+  reach past zero_at, never full points, and keep every other point. A lab
   whose every speed item needs more cores than this machine has is not graded
   here (its reference would score the same with or without the load:
   test_lab02_reference_skeleton.py grades it).
@@ -87,12 +88,22 @@ class TestSpeedUnderLoad(helpers.GraderAssertions, unittest.TestCase):
         slow = graded["slow"]
         self.assertGradescopeJson(slow)
         (speed,) = slow.items("perf")
+        self.assertFullMarks([t for t in slow.json["tests"] if t is not speed])
+        if helpers.speed_left_out(speed):
+            # A load that swings every run several fold can squeeze the slow one's median
+            # below full_at with pairs on both sides of zero_at (once: 1.19, pairs 0.32 to
+            # 6.91): "too noisy", out of the total, never full points (Note [Noise guard]).
+            verdict = speed["extra_data"]["verdict"]
+            self.assertIn(verdict, ("too noisy", "unclear"), speed["output"])
+            if verdict == "too noisy":
+                self.assertGreaterEqual(speed["extra_data"]["interval"][1], 3.0, speed["output"])
+            self.assertEqual((slow.json["score"], slow.json["max_score"]), (85, 85))
+            return
         self.assertEqual(speed["status"], "failed", speed["output"])
         self.assertLess(speed["score"], speed["max_score"], speed["output"])
         self.assertGreater(speed["max_score"], 0)
         self.assertEqual(speed["extra_data"]["verdict"], "scored")
         self.assertGreater(speed["extra_data"]["ratio"], 1.5)
-        self.assertFullMarks([t for t in slow.json["tests"] if t is not speed])
         self.assertAlmostEqual(slow.json["score"], 85 + speed["score"], places=2)
         # Speed came after both gradings' correctness runs, one submission at a time.
         text = proc.stdout
