@@ -19,6 +19,9 @@
 //                            1.43); algbw = size / time, busbw = algbw 2(p-1)/p
 //                            (nccl-tests' allreduce factor); #wrong checked once
 //                            against the host sum, before timing.
+//   GpuVirtualRingGraph/P<p>/<size>  the same ring as a VirtualRingGraph: its launches
+//                            captured once, replayed with one cudaGraphLaunch per
+//                            sample (Note [Fewer launches]); the same columns.
 //   GpuIpcRing/<size>        IpcRing::allreduce (fused) across the MPI ranks, each on
 //                            device (rank on its host) % GPUs, beside ncclAllReduce
 //                            when NCCL can run these ranks (one GPU per rank, or NCCL
@@ -39,6 +42,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -176,7 +180,7 @@ void reduce_copy_row(benchmark::State& state, std::size_t bytes) {
 // GpuVirtualRing/P<p>/<size>
 // ---------------------------------------------------------------------------
 
-void virtual_ring_row(benchmark::State& state, int p, std::size_t bytes) {
+void virtual_ring_row(benchmark::State& state, int p, std::size_t bytes, bool graph) {
   const std::size_t count = bytes / sizeof(float);
   const auto up = static_cast<std::size_t>(p);
   const std::size_t sets = sets_for(up * bytes);
@@ -184,6 +188,7 @@ void virtual_ring_row(benchmark::State& state, int p, std::size_t bytes) {
   std::vector<std::vector<float*>> ptrs(sets);
   DeviceBuffer copy_src, copy_dst;
   std::optional<Stream> stream;
+  std::vector<std::unique_ptr<lab::VirtualRingGraph<float>>> graphs;  // one per buffer set (graph rows)
   double wrong = 0;
   if (comm().rank() == 0) {
     DTL_CUDA_CHECK(cudaSetDevice(g_gpu.device));
@@ -195,8 +200,17 @@ void virtual_ring_row(benchmark::State& state, int p, std::size_t bytes) {
         fill(ptrs[s].back(), count, r, stream->get());
       }
     }
+    if (graph) {
+      for (std::size_t s = 0; s < sets; ++s) {
+        graphs.push_back(std::make_unique<lab::VirtualRingGraph<float>>(ptrs[s], count, stream->get(), true));
+      }
+    }
     // Correctness once, before timing: every buffer of set 0 holds the host sum.
-    lab::virtual_ring_allreduce<float>(ptrs[0], count, stream->get(), true);
+    if (graph) {
+      graphs[0]->run();
+    } else {
+      lab::virtual_ring_allreduce<float>(ptrs[0], count, stream->get(), true);
+    }
     stream->synchronize();
     std::vector<float> got(count);
     for (int r = 0; r < p; ++r) {
@@ -216,7 +230,13 @@ void virtual_ring_row(benchmark::State& state, int p, std::size_t bytes) {
   for (auto _ : state) {
     const std::size_t s = it++ % sets;
     t_ring.push_back(shared_sample([&] {
-      return time_on(stream->get(), [&] { lab::virtual_ring_allreduce<float>(ptrs[s], count, stream->get(), true); });
+      return time_on(stream->get(), [&] {
+        if (graph) {
+          graphs[s]->run();
+        } else {
+          lab::virtual_ring_allreduce<float>(ptrs[s], count, stream->get(), true);
+        }
+      });
     }));
     t_copy.push_back(shared_sample([&] {
       return time_on(stream->get(), [&] { lab::copy_device(copy_dst.data(), copy_src.data(), up * bytes, stream->get()); });
@@ -239,7 +259,8 @@ void virtual_ring_row(benchmark::State& state, int p, std::size_t bytes) {
   state.counters["wrong"] = wrong;
   state.counters["ratio"] = ring / roofline;
   state.counters["copy_GBps"] = copy_gbps;
-  g_summary.push_back({"GpuVirtualRing/P" + std::to_string(p) + "/" + dtl::format_bytes(bytes),
+  g_summary.push_back({std::string(graph ? "GpuVirtualRingGraph" : "GpuVirtualRing") + "/P" + std::to_string(p) + "/" +
+                           dtl::format_bytes(bytes),
                        traffic / ring * 1e-9, copy_gbps, 0.0, roofline / ring, ">= 70% of roofline"});
 }
 
@@ -357,13 +378,17 @@ void register_rows() {
         ->Iterations(iters)
         ->UseManualTime();
   }
-  for (int p : {2, 4, 8}) {
-    for (std::size_t bytes : sizes) {
-      if (bytes > 256 * kMiB) continue;
-      benchmark::RegisterBenchmark(("GpuVirtualRing/P" + std::to_string(p) + "/" + dtl::format_bytes(bytes)).c_str(),
-                                   [p, bytes](benchmark::State& st) { virtual_ring_row(st, p, bytes); })
-          ->Iterations(iters)
-          ->UseManualTime();
+  for (bool graph : {false, true}) {
+    for (int p : {2, 4, 8}) {
+      for (std::size_t bytes : sizes) {
+        if (bytes > 256 * kMiB) continue;
+        const std::string name = std::string(graph ? "GpuVirtualRingGraph" : "GpuVirtualRing") + "/P" +
+                                 std::to_string(p) + "/" + dtl::format_bytes(bytes);
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [p, bytes, graph](benchmark::State& st) { virtual_ring_row(st, p, bytes, graph); })
+            ->Iterations(iters)
+            ->UseManualTime();
+      }
     }
   }
 

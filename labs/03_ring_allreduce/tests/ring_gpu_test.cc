@@ -175,6 +175,72 @@ TYPED_TEST(VirtualRingGpu, MatchesHostSum) {
   }
 }
 
+// The same loop captured into a CUDA Graph (given/virtual_ring_graph.cu): the
+// graph holds one kernel per launch of the loop, and every run() re-reads the
+// buffers, so new inputs written between runs give their new sum.
+TYPED_TEST(VirtualRingGpu, GraphReplaysTheRing) {
+  SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  dtl::cuda::Stream stream;
+  for (int p = 1; p <= 6; ++p) {
+    const auto up = static_cast<std::size_t>(p);
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, up - 1, 7 * up + 3, std::size_t{100003}}) {
+      for (bool fuse : {false, true}) {
+        const std::string what = "graph, " + std::to_string(p) + " buffers, count " + std::to_string(count) +
+                                 (fuse ? ", fused" : "");
+        std::vector<dtl::cuda::DeviceBuffer> bufs;
+        std::vector<T*> ptrs;
+        for (std::size_t r = 0; r < up; ++r) {
+          bufs.emplace_back(count * sizeof(T));
+          ptrs.push_back(static_cast<T*>(bufs.back().data()));
+        }
+        lab::VirtualRingGraph<T> graph(ptrs, count, stream.get(), fuse);
+        if (p == 1 || count == 0) {
+          EXPECT_EQ(graph.kernels(), 0u) << what;
+        } else if (count >= up) {  // every chunk has elements: one launch per step
+          EXPECT_EQ(graph.kernels(), 2 * up - (fuse ? 3 : 2)) << what;
+        }
+        for (int round = 0; round < 2; ++round) {  // the second round: other inputs, the same graph
+          std::vector<T> sum(count);
+          for (std::size_t i = 0; i < count; ++i) {
+            float total = 0;
+            for (std::size_t r = 0; r < up; ++r) total += to_float(small_int<T>(i + round, static_cast<int>(r)));
+            sum[i] = from_float<T>(total);
+          }
+          for (std::size_t r = 0; r < up; ++r) {
+            std::vector<T> input(count);
+            for (std::size_t i = 0; i < count; ++i) input[i] = small_int<T>(i + round, static_cast<int>(r));
+            to_device(bufs[r].data(), input, stream.get());
+          }
+          graph.run();
+          stream.synchronize();
+          for (std::size_t r = 0; r < up; ++r) {
+            ASSERT_TRUE(same_bits(sum, to_host<T>(bufs[r].data(), count, stream.get()),
+                                  what + ", round " + std::to_string(round) + ", virtual rank " + std::to_string(r)));
+          }
+        }
+      }
+    }
+  }
+}
+
+// A loop that throws while it is captured (a null buffer) leaves the stream as it
+// was: the error reaches the caller, and the stream still runs the ring.
+TYPED_TEST(VirtualRingGpu, GraphCaptureErrorLeavesTheStreamUsable) {
+  SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  dtl::cuda::Stream stream;
+  dtl::cuda::DeviceBuffer a(4 * sizeof(T)), b(4 * sizeof(T));
+  std::vector<T*> bad{static_cast<T*>(a.data()), nullptr};
+  EXPECT_THROW(lab::VirtualRingGraph<T>(bad, 4, stream.get()), dtl::InvalidArgument);
+  std::vector<T*> good{static_cast<T*>(a.data()), static_cast<T*>(b.data())};
+  std::vector<T> ones(4, from_float<T>(1.0f)), twos(4, from_float<T>(2.0f));
+  to_device(a.data(), ones, stream.get());
+  to_device(b.data(), ones, stream.get());
+  lab::virtual_ring_allreduce<T>(good, 4, stream.get());
+  EXPECT_TRUE(same_bits(twos, to_host<T>(b.data(), 4, stream.get()), "after a failed capture"));
+}
+
 // ---------------------------------------------------------------------------
 // The IPC ring: one buffer per process
 // ---------------------------------------------------------------------------
