@@ -11,7 +11,7 @@ own slices) with their hidden items: 80 / 155. An overlapped layer that computes
 product first and only then issues the chunks' allreduces (right results, nothing
 overlapped) passes the equality tests and fails the chunk-order test (task F, in the
 kept tree, rebuilt into the student test program only); the same for task F2's
-reduce-scatters, and for a task F2 that cuts the product's rows in row order (each
+reduce-scatters, for a task F2 that waits for each chunk at once, and for one that cuts the product's rows in row order (each
 chunk then a reduce-scatter of the wrong rows: wrong results)."""
 import shutil
 import sys
@@ -150,6 +150,19 @@ class TestLab08Reference(helpers.GraderAssertions, unittest.TestCase):
                                                 "--gtest_filter=OverlapSequence.ChunksAreIssuedAsTheyAreComputed")
             self.assertNotEqual(rc, 0, out[-3000:])
             self.assertIn("the next chunk's GEMMs ran before this chunk's reduce-scatter was issued", out, out[-3000:])
+            # Each chunk waited for at once: right results, the chunks in order, nothing overlapped.
+            helpers.mutate_kept(self.work, "08", function, helpers.mutated_body(function, "08", (
+                "        pending.push_back(tp_.reduce_scatter(send, cache.y.data<V>() + begin * out_,\n"
+                "                                             static_cast<std::size_t>(size * out_), x.dtype(), "
+                "ReduceOp::kSum));",
+                "        tp_.reduce_scatter(send, cache.y.data<V>() + begin * out_, static_cast<std::size_t>(size * out_),\n"
+                "                           x.dtype(), ReduceOp::kSum).wait();  // fault: waited at once")))
+            build = helpers.rebuild_kept(self.work, "08", "lab08_student_test")
+            self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
+            rc, out, _ = helpers.run_kept_tests(self.work, "08", 3,
+                                                "--gtest_filter=OverlapSequence.ChunksAreIssuedAsTheyAreComputed")
+            self.assertNotEqual(rc, 0, out[-3000:])
+            self.assertIn("was waited for before chunk", out, out[-3000:])
             # Cut in the product's row order (task F's cut): the ranks receive the wrong tokens.
             helpers.mutate_kept(self.work, "08", function, SP_ROW_ORDER)
             build = helpers.rebuild_kept(self.work, "08", "lab08_student_test")

@@ -44,7 +44,7 @@ const nn::Tensor& OverlappedRowParallelLinear::forward(const nn::Tensor& x) {
     //   sending from its rows of one staging buffer (ensure_staging()) and receiving in place
     //   into its rows of cache.y (the layout: the class's comment in lab08/overlapped_linear.h;
     //   Note [Overlapping the sequence-parallel reduce-scatter], handout Task F2; the tests
-    //   record the chunks and what the staging buffer holds at each issue).
+    //   record the chunks, what the staging buffer holds at each issue and when each is waited for).
     throw dtl::NotImplemented("OverlappedRowParallelLinear::forward_sp");
   }
   // TODO(student): Return y = the sum over the group of x_r W_rᵀ, plus the bias once, in cache.y (made

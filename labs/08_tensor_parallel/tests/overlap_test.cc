@@ -58,6 +58,7 @@ TEST(OverlapSequence, EqualsTheUnsplitLayerOnThisRanksTokens) {
     for (int chunks : {1, 2, 3, 4, 7}) check_overlapped_sp(shape, 5, chunks % 2 == 1, chunks, random_of, kTol);
   }
   check_overlapped_sp({2, 2, 2 * T, 3 * T}, 4, true, 3, random_of, kTol);  // (B1, B2, S, in)
+  check_overlapped_sp({0, 2 * T, T}, 3, true, 4, random_of, kTol);          // no sequences: no collective
   check_overlapped_sp({2, 3 * T, 2 * T}, 6, true, 4, random_of, 1e-5, nn::DType::kF32);
 }
 

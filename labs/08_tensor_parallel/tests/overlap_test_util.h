@@ -267,8 +267,8 @@ inline void check_overlapped_sp(const nn::Shape& shape, std::int64_t out, bool b
 // A Communicator between the layer and Open MPI that, at each reduce-scatter's issue,
 // reads the staging buffer the chunks are sent from: the chunk being issued must
 // hold its T blocks of this rank's product already (the test's own loops and
-// layout), and no later chunk's rows may hold theirs yet; and the chunk must
-// receive into its own rows of y.
+// layout), and no later chunk's rows may hold theirs yet; the chunk must receive
+// into its own rows of y; and the previous chunk must not have been waited for yet.
 class StagingWatch final : public dtl::Communicator {
  public:
   /// staged: the whole staging buffer as the contract lays it out for k chunks, (T n, out).
@@ -285,6 +285,7 @@ class StagingWatch final : public dtl::Communicator {
     std::int64_t rows = 0;              // staged rows of the chunk (T x its rows of y)
     std::int64_t rows_ready = 0;        // of them, holding the product at the issue
     std::int64_t later_rows_ready = 0;  // staged rows of later chunks holding theirs already
+    bool previous_waited = false;       // the previous chunk's reduce-scatter was waited for before this issue
   };
   std::vector<Issue> issues;
 
@@ -315,8 +316,11 @@ class StagingWatch final : public dtl::Communicator {
         }
       }
     }
+    issue.previous_waited = c > 0 && waited_[c - 1] != 0;
     issues.push_back(issue);
-    return std::make_unique<Forward>(inner_.reduce_scatter(send, recv, info.count, info.dtype, info.op), info);
+    waited_.push_back(0);
+    return std::make_unique<Forward>(inner_.reduce_scatter(send, recv, info.count, info.dtype, info.op), info,
+                                     &waited_, c);
   }
   std::unique_ptr<dtl::WorkImpl> do_allreduce(void* buf, const dtl::OpInfo& info) override {
     return std::make_unique<Forward>(inner_.allreduce(buf, info.count, info.dtype, info.op), info);
@@ -331,20 +335,26 @@ class StagingWatch final : public dtl::Communicator {
  private:
   class Forward final : public dtl::WorkImpl {
    public:
-    Forward(dtl::Work work, const dtl::OpInfo& info) : dtl::WorkImpl(info.description), work_(std::move(work)) {}
+    // waited: set (*waited)[chunk] when the caller waits for the operation (nullptr: not a chunk).
+    Forward(dtl::Work work, const dtl::OpInfo& info, std::vector<int>* waited = nullptr, std::size_t chunk = 0)
+        : dtl::WorkImpl(info.description), work_(std::move(work)), waited_(waited), chunk_(chunk) {}
     bool test() override { return work_.test(); }
     bool wait_until(double deadline) override {
+      if (waited_ != nullptr) (*waited_)[chunk_] = 1;
       return work_.wait_for(std::max(0.0, deadline - dtl::clock_seconds()));
     }
 
    private:
     dtl::Work work_;
+    std::vector<int>* waited_;
+    std::size_t chunk_;
   };
   dtl::Communicator& inner_;
   std::vector<double> staged_;
   std::int64_t out_;
   std::vector<std::pair<std::int64_t, std::int64_t>> chunks_;
   std::uintptr_t send_base_ = 0, y_base_ = 0;
+  std::vector<int> waited_;  // per chunk issued: waited for yet
 };
 
 /// One sequence-parallel forward of `sequences` sequences of `length` tokens in `chunks` chunks
@@ -408,6 +418,9 @@ inline void check_sp_chunks(std::int64_t sequences, std::int64_t length, int chu
                                          << issue.later_rows_ready << " staged rows of later chunks hold their "
                                          << "product already: the next chunk's GEMMs ran before this chunk's "
                                          << "reduce-scatter was issued";
+    EXPECT_FALSE(issue.previous_waited) << what << ": chunk " << c - 1 << "'s reduce-scatter was waited for before "
+                                        << "chunk " << c << "'s was issued: the link idled while chunk " << c
+                                        << " was multiplied (nothing overlaps)";
   }
 }
 

@@ -45,7 +45,7 @@ const nn::Tensor& OverlappedRowParallelLinear::forward(const nn::Tensor& x) {
     // | sending from its rows of one staging buffer (ensure_staging()) and receiving in place
     // | into its rows of cache.y (the layout: the class's comment in lab08/overlapped_linear.h;
     // | Note [Overlapping the sequence-parallel reduce-scatter], handout Task F2; the tests
-    // | record the chunks and what the staging buffer holds at each issue).
+    // | record the chunks, what the staging buffer holds at each issue and when each is waited for).
     const int T = tp_.world_size();
     const SequenceShard mine = sequence_shard(x.shape(), T, tp_.rank(), "OverlappedRowParallelLinear.forward", "x");
     const std::int64_t length = mine.length, s = mine.tokens.size;  // S, and S/T tokens per rank

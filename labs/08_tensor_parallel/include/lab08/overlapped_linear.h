@@ -120,8 +120,9 @@ namespace dtl::lab08 {
 /// are computed and before the next chunk's GEMMs begin; it sends from rows [T b,
 /// T e) of one staging buffer of T n rows (kCommunication; block q, the product rows
 /// that become rank q's rows [b, e), is rows [T b + q (e - b), T b + (q + 1)(e - b)))
-/// and receives in place into rows [b, e) of y. Backward (given): one all-gather of
-/// dy; db covers this rank's tokens only, as RowParallelLinear's.
+/// and receives in place into rows [b, e) of y; none is waited for before the next
+/// chunk's is issued. Backward (given): one all-gather of dy; db covers this rank's
+/// tokens only, as RowParallelLinear's.
 ///
 /// Collective over `tp` in forward (and, with sequence parallelism, in backward):
 /// every rank of the group calls it together, with the same N (or B and S) and k.
