@@ -71,9 +71,9 @@ namespace dtl::lab08 {
 // leaves with a reduce-scatter instead of an allreduce: rank q receives the sum of
 // its own tokens only, tokens [q S/T, (q+1) S/T) of every sequence. The same
 // decomposition applies, but a chunk of the product's rows in row order is no
-// longer a valid reduce-scatter: the first N/k rows of (B, S, out) are rank 0's
-// tokens, and the other ranks would receive nothing from that collective (or the
-// wrong rows). A reduce-scatter hands block q of its input to rank q, so every
+// longer a valid reduce-scatter: the first N/k rows of (B, S, out) are all rank
+// 0's tokens when N/k <= S/T, and the other ranks would receive nothing from that
+// collective (or the wrong rows). A reduce-scatter hands block q of its input to rank q, so every
 // chunk must hold a piece for every rank, the same size on every rank.
 //
 // So cut what each rank RECEIVES, not what it computes: this rank's n = B S/T
