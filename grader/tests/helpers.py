@@ -75,6 +75,7 @@ LABS = {
     }),
     "08": ("08_tensor_parallel", {
         "OverlappedRowParallelLinear::forward": "overlapped_linear.cc",
+        "OverlappedRowParallelLinear::forward_sp": "overlapped_linear.cc",
     }),
     "02": ("02_collectives", {
         "broadcast_binomial": "broadcast.cc",

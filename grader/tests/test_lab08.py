@@ -1,16 +1,18 @@
-"""Lab 08 end to end: `grade.py 08 --reference` gives 140 / 140 (110 public points,
-10 for speed and 20 example hidden ones) in 17 items, `--skeleton` gives 0 fast, every item saying
+"""Lab 08 end to end: `grade.py 08 --reference` gives 155 / 155 (120 public points,
+10 for speed and 25 example hidden ones) in 19 items, `--skeleton` gives 0 fast, every item saying
 what is not implemented yet; and a submission whose column-parallel layer forgets
 f's backward allreduce (each rank returns only its own term of dx) loses exactly
 the items built on that layer — the column layer itself, the communication count,
 the MLP and attention blocks, the GPT, the grid, the first two hidden items and the speed
 item (it counts only once the GPT is right) — and keeps the row-parallel layer, the
 vocabulary items, sequence parallelism with its hidden item (its own code path), the
-refusals and the overlapped row-parallel layer (task F, built from the test's own
-slices) with its hidden item: 65 / 140. An overlapped layer that computes the whole
+refusals and the overlapped row-parallel layers (tasks F and F2, built from the test's
+own slices) with their hidden items: 80 / 155. An overlapped layer that computes the whole
 product first and only then issues the chunks' allreduces (right results, nothing
 overlapped) passes the equality tests and fails the chunk-order test (task F, in the
-kept tree, rebuilt into the student test program only)."""
+kept tree, rebuilt into the student test program only); the same for task F2's
+reduce-scatters, for a task F2 that waits for each chunk at once, and for one that cuts the product's rows in row order (each
+chunk then a reduce-scatter of the wrong rows: wrong results)."""
 import shutil
 import sys
 import unittest
@@ -43,6 +45,56 @@ ALL_GEMMS_FIRST = """\
   return cache.y;
 """
 
+# Task F2 with nothing overlapped: every chunk's blocks first, then the chunks' reduce-scatters.
+SP_ALL_GEMMS_FIRST = """\
+    const int T = tp_.world_size();
+    const SequenceShard mine = sequence_shard(x.shape(), T, tp_.rank(), "OverlappedRowParallelLinear.forward", "x");
+    const std::int64_t length = mine.length, s = mine.tokens.size, rows = mine.sequences * s;
+    const std::int64_t k = std::min<std::int64_t>(chunks_, rows);
+    ensure_staging(cache.staging, {T * rows, out_}, x.dtype());
+    std::vector<Work> pending;
+    detail::dispatch_float(x.dtype(), "OverlappedRowParallelLinear::forward", [&](auto zero) {
+      using V = decltype(zero);
+      for (int pass = 0; pass < 2; ++pass) {  // fault: pass 0 every GEMM, pass 1 every reduce-scatter
+        for (std::int64_t c = 0; c < k; ++c) {
+          const std::int64_t begin = c * rows / k, end = (c + 1) * rows / k, size = end - begin;
+          V* send = cache.staging.data<V>() + T * begin * out_;
+          if (pass == 1) {
+            pending.push_back(tp_.reduce_scatter(send, cache.y.data<V>() + begin * out_,
+                                                 static_cast<std::size_t>(size * out_), x.dtype(), ReduceOp::kSum));
+            continue;
+          }
+          for (int q = 0; q < T; ++q) {
+            for (std::int64_t i = begin; i < end; ++i) {
+              nn::gemm(false, true, 1, out_, in_, V{1}, x.data<V>() + ((i / s) * length + q * s + i % s) * in_, in_,
+                       weight_.value.data<V>(), in_, V{0}, send + (q * size + i - begin) * out_, out_);
+            }
+          }
+        }
+      }
+    });
+    for (Work& work : pending) work.wait();
+    if (has_bias_) add_bias(cache.y, bias_.value);
+    return cache.y;
+"""
+
+# Task F2 cut as task F cuts: the product's rows in row order, each chunk one reduce-scatter.
+SP_ROW_ORDER = """\
+    const int T = tp_.world_size();
+    const std::int64_t rows = x.numel() / in_, mine = rows / T;
+    ensure_staging(cache.staging, {rows, out_}, x.dtype());
+    detail::dispatch_float(x.dtype(), "OverlappedRowParallelLinear::forward", [&](auto zero) {
+      using V = decltype(zero);
+      nn::gemm(false, true, rows, out_, in_, V{1}, x.data<V>(), in_, weight_.value.data<V>(), in_, V{0},
+               cache.staging.data<V>(), out_);
+      // fault: rank q's block is rows [q N/T, (q+1) N/T) of the product, sequence order ignored
+      tp_.reduce_scatter(cache.staging.data<V>(), cache.y.data<V>(), static_cast<std::size_t>(mine * out_),
+                         x.dtype(), ReduceOp::kSum).wait();
+    });
+    if (has_bias_) add_bias(cache.y, bias_.value);
+    return cache.y;
+"""
+
 # Items that need the column-parallel backward's allreduce (grader/rubrics/08.toml).
 LOSES = ("1. ", "3. ", "4. ", "5. ", "8. ", "10. ", "Hidden: column/row", "Hidden: a tensor-parallel GPT", "Speed: ")
 
@@ -62,7 +114,7 @@ class TestLab08Reference(helpers.GraderAssertions, unittest.TestCase):
         self.assertLoadWasThere(self.graded.json["tests"])
 
     def test_full_marks(self):
-        self.assertReferenceFullMarks(self.graded, 140, items=17)  # 12 public + 1 speed + 4 example hidden items
+        self.assertReferenceFullMarks(self.graded, 155, items=19)  # 13 public + 1 speed + 5 example hidden items
 
     def test_all_gemms_first_loses_the_overlap_item(self):
         # In the kept tree: the fault rebuilt into the student test program only. Its
@@ -79,6 +131,46 @@ class TestLab08Reference(helpers.GraderAssertions, unittest.TestCase):
                                                 "--gtest_filter=Overlap.ChunksAreIssuedAsTheyAreComputed")
             self.assertNotEqual(rc, 0, out[-3000:])
             self.assertIn("the next chunk's GEMM ran before this chunk's allreduce was issued", out, out[-3000:])
+        finally:  # the source back to the reference's
+            helpers.mutate_kept(self.work, "08", function, helpers.reference_body(function, "08"))
+
+
+    def test_sp_all_gemms_first_loses_the_overlap_item(self):
+        # Task F2 the same way: right results, every chunk computed before the first issue.
+        self.assertIsNotNone(self.work, "grade.py --keep printed no folder")
+        function = "OverlappedRowParallelLinear::forward_sp"
+        helpers.mutate_kept(self.work, "08", function, SP_ALL_GEMMS_FIRST)
+        try:
+            build = helpers.rebuild_kept(self.work, "08", "lab08_student_test")
+            self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
+            rc, out, _ = helpers.run_kept_tests(self.work, "08", 3,
+                                                "--gtest_filter=OverlapSequence.EqualsTheUnsplitLayerOnThisRanksTokens")
+            self.assertEqual(rc, 0, out[-3000:])
+            rc, out, _ = helpers.run_kept_tests(self.work, "08", 3,
+                                                "--gtest_filter=OverlapSequence.ChunksAreIssuedAsTheyAreComputed")
+            self.assertNotEqual(rc, 0, out[-3000:])
+            self.assertIn("the next chunk's GEMMs ran before this chunk's reduce-scatter was issued", out, out[-3000:])
+            # Each chunk waited for at once: right results, the chunks in order, nothing overlapped.
+            helpers.mutate_kept(self.work, "08", function, helpers.mutated_body(function, "08", (
+                "        pending.push_back(tp_.reduce_scatter(send, cache.y.data<V>() + begin * out_,\n"
+                "                                             static_cast<std::size_t>(size * out_), x.dtype(), "
+                "ReduceOp::kSum));",
+                "        tp_.reduce_scatter(send, cache.y.data<V>() + begin * out_, static_cast<std::size_t>(size * out_),\n"
+                "                           x.dtype(), ReduceOp::kSum).wait();  // fault: waited at once")))
+            build = helpers.rebuild_kept(self.work, "08", "lab08_student_test")
+            self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
+            rc, out, _ = helpers.run_kept_tests(self.work, "08", 3,
+                                                "--gtest_filter=OverlapSequence.ChunksAreIssuedAsTheyAreComputed")
+            self.assertNotEqual(rc, 0, out[-3000:])
+            self.assertIn("was waited for before chunk", out, out[-3000:])
+            # Cut in the product's row order (task F's cut): the ranks receive the wrong tokens.
+            helpers.mutate_kept(self.work, "08", function, SP_ROW_ORDER)
+            build = helpers.rebuild_kept(self.work, "08", "lab08_student_test")
+            self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
+            rc, out, _ = helpers.run_kept_tests(self.work, "08", 3,
+                                                "--gtest_filter=OverlapSequence.EqualsTheUnsplitLayerOnThisRanksTokens")
+            self.assertNotEqual(rc, 0, out[-3000:])
+            self.assertIn("y, this rank's tokens", out, out[-3000:])
         finally:  # the source back to the reference's
             helpers.mutate_kept(self.work, "08", function, helpers.reference_body(function, "08"))
 
@@ -117,7 +209,7 @@ class TestLab08ForgottenAllreduce(helpers.GraderAssertions, unittest.TestCase):
         self.assertEqual(len(failing), 9, [t["name"] for t in failing])
         self.assertZero(failing)
         self.assertFullMarks(passing)
-        self.assertEqual(self.graded.json["score"], 65)
+        self.assertEqual(self.graded.json["score"], 80)
         column = next(t for t in tests if t["name"].startswith("1. "))
         # The failure names the rank, the element, expected against got.
         self.assertRegex(column["output"], r"rank \d+: dx, the sum over every rank's term .*\[\d+\] expected ")

@@ -1,4 +1,5 @@
-// Lab 08 benchmark, task F: the row-parallel allreduce overlapped with its GEMM.
+// Lab 08 benchmark, tasks F and F2: the row-parallel allreduce (and, with sequence
+// parallelism, reduce-scatter) overlapped with its GEMM.
 //
 // Rows Overlap/<link>/T<T>/k<k> (task F; See Note [Overlapping the row-parallel
 // allreduce] in lab08/overlapped_linear.h): the GPT's MLP output projection alone
@@ -13,6 +14,13 @@
 // waited (%) the same share from the wall-clock time spent in Work::wait(), which
 // adds the other rank's lateness and the real backend's latency; diff the largest
 // |y_overlapped - y_plain| / (1 + |y_plain|). Medians over the iterations.
+//
+// Rows OverlapSP/<link>/T<T>/k<k> (task F2; See Note [Overlapping the
+// sequence-parallel reduce-scatter]): the same projection with sequence
+// parallelism, (B = 8, S = 32, 512/T) -> this rank's (8, 32/T, 128), the plain
+// RowParallelLinear (one reduce-scatter) against the overlapped layer with k
+// chunks of each rank's 256/T rows; the same columns, the bound with the
+// reduce-scatter's time.
 //
 // Rows in the order tensor_parallel_bench.cc registers them: after the GPT rows.
 #include <algorithm>
@@ -126,7 +134,8 @@ struct OverlapPair {
   std::unique_ptr<lab08::OverlappedRowParallelLinear> overlapped;
   nn::Tensor x;  // this rank's input features, (N, 4C/T)
 
-  OverlapPair(int T, const std::string& link, int chunks) : sub(dtl::bench::first_ranks(T)) {
+  OverlapPair(int T, const std::string& link, int chunks, bool sequence_parallel = false)
+      : sub(dtl::bench::first_ranks(T)) {
     if (sub.get() == MPI_COMM_NULL) return;
     // Under the emulator, Open MPI with a sleeping progress thread: a communication
     // thread would spin in each blocking collective and slow the GEMMs it should hide
@@ -135,9 +144,12 @@ struct OverlapPair {
     clock = std::make_unique<OverlapClock>(*backend, dtl::link_by_name(link));
     dtl::Rng rng(11);
     nn::Linear full("proj", kIn, kOut, nn::DType::kF32, rng, 0.02, true);
-    plain = std::make_unique<lab08::RowParallelLinear>(full, *clock);
-    overlapped = lab08::make_overlapped(*plain, *clock, chunks);
-    x = nn::Tensor::zeros({kRows, kIn / T}, nn::DType::kF32, nn::MemoryCategory::kOther);
+    plain = std::make_unique<lab08::RowParallelLinear>(full, *clock,
+                                                       lab08::ParallelOptions{.sequence_parallel = sequence_parallel});
+    overlapped = lab08::make_overlapped(*plain, *clock, chunks, sequence_parallel);
+    // With sequence parallelism the rows are (B, S): the reduce-scatter hands each rank S/T of every sequence.
+    const nn::Shape shape = sequence_parallel ? nn::Shape{kBatch, kContext, kIn / T} : nn::Shape{kRows, kIn / T};
+    x = nn::Tensor::zeros(shape, nn::DType::kF32, nn::MemoryCategory::kOther);
     for (std::int64_t i = 0; i < x.numel(); ++i) {
       x.span<float>()[i] = static_cast<float>(((i * 37 + 11 * backend->rank()) % 101) - 50) / 50.0f;
     }
@@ -168,19 +180,22 @@ struct OverlapPair {
   }
 };
 
-// The closed form's hidden share on `link`: all but the last chunk's allreduce hidden.
-double hidden_bound(const std::string& link, int T, int chunks) {
+// The closed form's hidden share on `link`: all but the last chunk's collective hidden.
+// Task F chunks the N rows of one allreduce; task F2 the N/T rows each rank receives,
+// each chunk a reduce-scatter of T such blocks.
+double hidden_bound(const std::string& link, int T, int chunks, bool sequence_parallel) {
   const dtl::LinkModel model = dtl::link_by_name(link);
-  const std::int64_t rows = OverlapPair::kRows, k = std::min<std::int64_t>(chunks, rows);
-  const std::int64_t last_rows = rows - (k - 1) * rows / k;
-  const auto row_bytes = static_cast<std::size_t>(OverlapPair::kOut * 4);
-  const double whole = dtl::model_seconds(model, dtl::CollectiveKind::kAllreduce, rows * row_bytes, T);
-  const double last = dtl::model_seconds(model, dtl::CollectiveKind::kAllreduce, last_rows * row_bytes, T);
+  const std::int64_t rows = sequence_parallel ? OverlapPair::kRows / T : OverlapPair::kRows;
+  const std::int64_t k = std::min<std::int64_t>(chunks, rows), last_rows = rows - (k - 1) * rows / k;
+  const auto row_bytes = static_cast<std::size_t>(OverlapPair::kOut * 4 * (sequence_parallel ? T : 1));
+  const auto kind = sequence_parallel ? dtl::CollectiveKind::kReduceScatter : dtl::CollectiveKind::kAllreduce;
+  const double whole = dtl::model_seconds(model, kind, rows * row_bytes, T);
+  const double last = dtl::model_seconds(model, kind, last_rows * row_bytes, T);
   return 1.0 - last / whole;
 }
 
-void overlap_row(benchmark::State& state, int T, const std::string& link, int chunks) {
-  OverlapPair pair(T, link, chunks);
+void overlap_row(benchmark::State& state, int T, const std::string& link, int chunks, bool sequence_parallel) {
+  OverlapPair pair(T, link, chunks, sequence_parallel);
   const double diff = world_max(pair.difference());  // also the warm-up
   std::vector<double> forwards, exposed, plain_exposed, waited, plain_waited;
   for (auto _ : state) {
@@ -202,7 +217,7 @@ void overlap_row(benchmark::State& state, int T, const std::string& link, int ch
   state.counters["exposed_us"] = e * 1e6;
   state.counters["plain_us"] = pe * 1e6;
   state.counters["hidden"] = share(e, pe);
-  state.counters["bound"] = 100.0 * hidden_bound(link, T, chunks);
+  state.counters["bound"] = 100.0 * hidden_bound(link, T, chunks, sequence_parallel);
   state.counters["wall_hidden"] = share(dtl::bench::median(waited), dtl::bench::median(plain_waited));
   state.counters["diff"] = diff;
 }
@@ -218,7 +233,18 @@ void register_overlap_rows(const std::vector<int>& sizes, bool quick) {
       for (int k : {2, 4, 8}) {
         if ((quick && k != 4) || (link == "1GbE" && (quick || k != 4))) continue;
         add("Overlap/" + link + "/T" + std::to_string(T) + "/k" + std::to_string(k),
-            [T, link, k](benchmark::State& s) { overlap_row(s, T, link, k); }, quick ? 5 : 41);
+            [T, link, k](benchmark::State& s) { overlap_row(s, T, link, k, false); }, quick ? 5 : 41);
+      }
+    }
+  }
+  // Task F2: the sequence-parallel exit, on the two links of the goal (T divides S = 32).
+  for (const std::string link : {"NVLink4", "10GbE"}) {
+    for (int T : sizes) {
+      if (T == 1 || OverlapPair::kRows % (kBatch * T) != 0 || kContext % T != 0) continue;
+      for (int k : {2, 4, 8}) {
+        if (quick && k != 4) continue;
+        add("OverlapSP/" + link + "/T" + std::to_string(T) + "/k" + std::to_string(k),
+            [T, link, k](benchmark::State& s) { overlap_row(s, T, link, k, true); }, quick ? 5 : 41);
       }
     }
   }

@@ -9,6 +9,10 @@
 //     GEMM   [ rows 0 ][ rows 1 ][ rows 2 ]
 //     link             [ AR 0 ]  [ AR 1 ]  [ AR 2 ]      only the last is exposed
 //
+// Task F2 does the same for the reduce-scatter that leaves a sequence-parallel
+// pair: each chunk a reduce-scatter of its own, every rank's block of it computed
+// before it is issued (See Note [Overlapping the sequence-parallel reduce-scatter]).
+//
 // The constructor, the backward (no communication, as RowParallelLinear's) and the
 // plumbing are given (given/overlapped_layer.cc); the forward is the task.
 #include <algorithm>
@@ -26,9 +30,23 @@ namespace detail = nn::detail;  // ensure(), require_input(), dispatch_float()
 
 const nn::Tensor& OverlappedRowParallelLinear::forward(const nn::Tensor& x) {
   detail::require_input(x, weight_.value.dtype(), in_, name_, "x");
+  if (sequence_parallel_) require_sequence(x, tp_, name_, "x");  // (..., S, in/T), T divides S
   Cache& cache = caches_.at(slot_);
   cache.x = x;  // a handle: backward's dW needs it
   detail::ensure(cache.y, output_shape(x.shape()), x.dtype());
+  if (sequence_parallel_) {
+    // TODO(student): Task F2, sequence parallelism: x is (B, S, in/T) for the whole sequences; return this
+    //   rank's tokens of every sequence of y, (B, S/T, out) in cache.y (made above), summed
+    //   over the group, plus the bias, as RowParallelLinear's sequence-parallel forward. This
+    //   rank's n rows of y are cut into k chunks of consecutive rows as task F cuts its rows
+    //   (k is chunks_, or n when n is smaller); chunk c is one reduce-scatter, issued as soon
+    //   as its blocks of the product are computed and before the next chunk's GEMMs begin,
+    //   sending from its rows of one staging buffer (ensure_staging()) and receiving in place
+    //   into its rows of cache.y (the layout: the class's comment in lab08/overlapped_linear.h;
+    //   Note [Overlapping the sequence-parallel reduce-scatter], handout Task F2; the tests
+    //   record the chunks, what the staging buffer holds at each issue and when each is waited for).
+    throw dtl::NotImplemented("OverlappedRowParallelLinear::forward_sp");
+  }
   // TODO(student): Return y = the sum over the group of x_r W_rᵀ, plus the bias once, in cache.y (made
   //   above), as RowParallelLinear's forward. The N rows of x (every dimension but the last)
   //   are cut into k chunks of consecutive rows, in row order, their sizes differing by at

@@ -3,7 +3,11 @@
 // for chunk counts that divide the rows, that do not, and that exceed them; bit
 // for bit on integer-valued data; the chunks' allreduces recorded in row order,
 // each issued when its rows of the product are in the output and the next
-// chunk's are not yet; no communication in backward.
+// chunk's are not yet; no communication in backward. Task F2 (sequence
+// parallelism): this rank's tokens of the unsplit layer's output, for sequence
+// lengths no chunk count divides, one token per rank and more chunks than rows;
+// each chunk a reduce-scatter issued with its blocks computed and the later ones
+// not yet; S that T does not divide and k = 0 refused, naming the argument and rank.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -45,6 +49,68 @@ TEST(Overlap, BackwardDoesNotCommunicate) {
   tp.record.clear();
   layer->backward(random_tensor({5, 4}, 5), {});
   EXPECT_TRUE(ops_are(tp.record, {}, {}, "the overlapped row-parallel backward (g: identity)"));
+}
+
+TEST(OverlapSequence, EqualsTheUnsplitLayerOnThisRanksTokens) {
+  const int T = comm().size();
+  // (S, in) and (B, S, in); S/T = 1, 3, 5 tokens per rank; chunks dividing B S/T, not, and more than it.
+  for (const nn::Shape& shape : std::vector<nn::Shape>{{T, 2 * T}, {3 * T, 2 * T}, {2, 5 * T, 2 * T}, {3, T, T}}) {
+    for (int chunks : {1, 2, 3, 4, 7}) check_overlapped_sp(shape, 5, chunks % 2 == 1, chunks, random_of, kTol);
+  }
+  check_overlapped_sp({2, 2, 2 * T, 3 * T}, 4, true, 3, random_of, kTol);  // (B1, B2, S, in)
+  check_overlapped_sp({0, 2 * T, T}, 3, true, 4, random_of, kTol);          // no sequences: no collective
+  check_overlapped_sp({2, 3 * T, 2 * T}, 6, true, 4, random_of, 1e-5, nn::DType::kF32);
+}
+
+TEST(OverlapSequence, IntegerValuesEqualThePlainLayerBitForBit) {
+  const int T = comm().size();
+  for (int chunks : {1, 2, 5, 16}) {
+    check_overlapped_sp({3 * T, 3 * T}, 4, true, chunks, integers_of, 0.0);
+    check_overlapped_sp({2, 2 * T, T}, 3, true, chunks, integers_of, 0.0);
+  }
+}
+
+// Against the plain sequence-parallel RowParallelLinear (task D's layer, the same slice).
+TEST(OverlapSequence, EqualsThePlainSequenceParallelLayer) {
+  Group tp(comm());
+  const int T = tp.size();
+  auto full = random_linear("proj", 2 * T, 5, true, 31);
+  lab08::RowParallelLinear plain(*full, tp.mpi, {.groups = 1, .sequence_parallel = true});
+  auto overlapped = lab08::make_overlapped(plain, tp.mpi, 3, true);
+  const nn::Tensor x = random_tensor({2, 4 * T, 2}, 32);
+  const std::vector<double> want = values(plain.forward(x));
+  EXPECT_TRUE(close_to(want, values(overlapped->forward(x)), "y, the overlapped layer against the plain one"));
+}
+
+TEST(OverlapSequence, ChunksAreIssuedAsTheyAreComputed) {
+  const int T = comm().size();
+  for (int chunks : {1, 2, 3, 4}) check_sp_chunks(1, 4 * T, chunks);
+  check_sp_chunks(3, 2 * T, 4);  // chunks that cross from one sequence into the next
+  check_sp_chunks(1, T, 3);      // one token per rank: one reduce-scatter
+  check_sp_chunks(2, 3 * T, 5);
+}
+
+TEST(OverlapSequence, BadArgumentsAreRefusedNamingTheArgumentAndTheRank) {
+  Group tp(comm());
+  const int T = tp.size(), r = tp.rank();
+  auto full = random_linear("proj", 2 * T, 3, true, 33);
+  const std::string rank = "rank " + std::to_string(r);
+  try {
+    overlapped_of(*full, tp.mpi, T, r, 0, true);
+    ADD_FAILURE() << "chunks = 0 was accepted";
+  } catch (const dtl::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("chunks"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(rank), std::string::npos) << e.what();
+  }
+  if (T == 1) return;  // every S divides into one
+  auto layer = overlapped_of(*full, tp.mpi, T, r, 2, true);
+  try {
+    layer->forward(random_tensor({2, T + 1, 2}, 34));  // S = T + 1: T does not divide it
+    ADD_FAILURE() << "a sequence of T + 1 tokens was accepted";
+  } catch (const dtl::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("x"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(rank), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

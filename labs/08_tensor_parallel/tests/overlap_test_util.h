@@ -3,6 +3,9 @@
 // backward against the unsplit layer; and ChunkWatch, a Communicator that looks
 // at the layer's output at each allreduce's issue, to see the chunks computed and
 // issued one after another (See Note [Overlapping the row-parallel allreduce]).
+// Task F2 (sequence parallelism): the same against the unsplit layer on this rank's
+// tokens (tokens_of()), and StagingWatch, which looks at the staging buffer at each
+// reduce-scatter's issue (See Note [Overlapping the sequence-parallel reduce-scatter]).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -23,11 +26,13 @@ namespace lab08_test {
 
 /// This rank's layer, with k = `chunks`, from the test's own slicing of `full` (never the lab's).
 inline std::unique_ptr<lab08::OverlappedRowParallelLinear> overlapped_of(nn::Linear& full, dtl::Communicator& tp,
-                                                                         int T, int r, int chunks) {
+                                                                         int T, int r, int chunks,
+                                                                         bool sequence_parallel = false) {
   const nn::Tensor& w = full.weight().value;
   const nn::Tensor weight = tensor_of({w.dim(0), w.dim(1) / T}, column_slice(w, T, r), w.dtype());
   const nn::Tensor bias = full.bias().value.defined() ? full.bias().value.clone(nn::MemoryCategory::kOther) : nn::Tensor();
-  return std::make_unique<lab08::OverlappedRowParallelLinear>(full.name(), weight, bias, tp, chunks);
+  return std::make_unique<lab08::OverlappedRowParallelLinear>(full.name(), weight, bias, tp, chunks,
+                                                              sequence_parallel);
 }
 
 /// `leading` with `last` appended: (N..., last).
@@ -200,6 +205,223 @@ inline void check_chunks(std::int64_t rows, int chunks) {
   }
   EXPECT_EQ(next_row, rows) << what << ": the chunks cover every row once";
   EXPECT_LE(largest - smallest, 1) << what << ": chunk sizes differ by at most one row";
+}
+
+// ---------------------------------------------------------------------------
+// Task F2: the sequence-parallel exit, reduce-scattered chunk by chunk
+// ---------------------------------------------------------------------------
+
+/// One case: `shape` = (..., S, in) is the whole input; rank r gets its input columns of every
+/// token; y must be this rank's tokens of the unsplit layer's output, dx its columns of the
+/// unsplit dx (from the whole dy: every rank's tokens), dW its columns, db the sum over this
+/// rank's tokens of dy (the partial sum sequence parallelism leaves for
+/// allreduce_sequence_parallel_gradients()). Forward: min(k, n) reduce-scatters; backward one all-gather.
+inline void check_overlapped_sp(const nn::Shape& shape, std::int64_t out, bool bias, int chunks,
+                                const MakeValues& make, double tol, nn::DType dtype = nn::DType::kF64) {
+  Group tp(comm());
+  const int T = tp.size(), r = tp.rank();
+  const std::int64_t in = shape.back();
+  const std::string what = "sequence parallel, x " + nn::to_string(shape) + ", out " + std::to_string(out) +
+                           (bias ? ", bias" : ", no bias") + ", " + std::to_string(chunks) + " chunks, " +
+                           dtl::dtype_name(dtype) + ", rank " + std::to_string(r) + " of " + std::to_string(T);
+  auto of = [&](const nn::Shape& s, std::uint64_t seed) { return tensor_of(s, values(make(s, seed)), dtype); };
+  dtl::Rng rng(3);
+  nn::Linear full("proj", in, out, dtype, rng, 0.5, bias);
+  full.weight().value.copy_from(of({out, in}, 7));
+  if (bias) full.bias().value.copy_from(of({out}, 8));
+  auto layer = overlapped_of(full, tp.record, T, r, chunks, true);
+  nn::Shape out_shape = shape;
+  out_shape.back() = out;
+  const nn::Tensor x = of(shape, 9);
+  const nn::Tensor dy = of(out_shape, 10);  // every rank's tokens: the one-process dy
+  const std::vector<double> y_mine = values(tokens_of(full.forward(x), T, r));
+  const nn::Tensor dx_full = full.backward(dy, {}).clone(nn::MemoryCategory::kOther);
+
+  nn::Shape local = shape;
+  local.back() = in / T;
+  const nn::Tensor x_mine = tensor_of(local, column_slice(x, T, r), dtype);
+  tp.record.clear();
+  EXPECT_TRUE(close_to(y_mine, values(layer->forward(x_mine)),
+                       "y, this rank's tokens, every rank's chunks summed plus the bias (" + what + ")", tol));
+  const std::int64_t n = x.numel() / in / T;  // this rank's rows of y
+  EXPECT_EQ(static_cast<std::int64_t>(tp.record.ops().size()), std::min<std::int64_t>(chunks, n))
+      << what << ": one reduce-scatter per chunk in forward, min(chunks, B S/T); issued " << describe(tp.record);
+  for (const auto& op : tp.record.ops()) EXPECT_EQ(op.kind, CollectiveKind::kReduceScatter) << what;
+  const nn::Tensor dy_mine = tokens_of(dy, T, r);
+  tp.record.clear();
+  const nn::Tensor& dx = layer->backward(dy_mine, {});
+  EXPECT_TRUE(ops_are(tp.record, {CollectiveKind::kAllgather}, {static_cast<std::size_t>(dy_mine.numel())},
+                      "the overlapped sequence-parallel backward (one all-gather of dy, given)"));
+  EXPECT_TRUE(close_to(column_slice(dx_full, T, r), values(dx), "this rank's columns of dx (" + what + ")", tol));
+  const std::vector<nn::Parameter*> params = layer->parameters();
+  EXPECT_TRUE(close_to(column_slice(full.weight().grad, T, r), values(params[0]->grad),
+                       "this rank's columns of dW (" + what + ")", tol));
+  if (bias) {
+    std::vector<double> db(static_cast<std::size_t>(out), 0.0);
+    const std::vector<double> d = values(dy_mine);
+    for (std::size_t i = 0; i < d.size(); ++i) db[i % static_cast<std::size_t>(out)] += d[i];
+    EXPECT_TRUE(close_to(db, values(params[1]->grad), "db, this rank's tokens only (" + what + ")", tol));
+  }
+}
+
+// A Communicator between the layer and Open MPI that, at each reduce-scatter's issue,
+// reads the staging buffer the chunks are sent from: the chunk being issued must
+// hold its T blocks of this rank's product already (the test's own loops and
+// layout), and no later chunk's rows may hold theirs yet; the chunk must receive
+// into its own rows of y; and the previous chunk must not have been waited for yet.
+class StagingWatch final : public dtl::Communicator {
+ public:
+  /// staged: the whole staging buffer as the contract lays it out for k chunks, (T n, out).
+  /// chunk_rows: each chunk's [begin, end) of this rank's n rows of y, in order.
+  StagingWatch(dtl::Communicator& inner, std::vector<double> staged, std::int64_t out,
+               std::vector<std::pair<std::int64_t, std::int64_t>> chunk_rows)
+      : inner_(inner), staged_(std::move(staged)), out_(out), chunks_(std::move(chunk_rows)) {}
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  std::string name() const override { return "staging watch over " + inner_.name(); }
+
+  struct Issue {
+    bool where = false;                 // sent from, and received into, chunk c's rows of the contract's layout
+    std::int64_t rows = 0;              // staged rows of the chunk (T x its rows of y)
+    std::int64_t rows_ready = 0;        // of them, holding the product at the issue
+    std::int64_t later_rows_ready = 0;  // staged rows of later chunks holding theirs already
+    bool previous_waited = false;       // the previous chunk's reduce-scatter was waited for before this issue
+  };
+  std::vector<Issue> issues;
+
+ protected:
+  std::unique_ptr<dtl::WorkImpl> do_reduce_scatter(const void* send, void* recv, const dtl::OpInfo& info) override {
+    const auto s = reinterpret_cast<std::uintptr_t>(send), y = reinterpret_cast<std::uintptr_t>(recv);
+    if (issues.empty()) send_base_ = s, y_base_ = y;  // chunk 0: the first rows of both
+    const std::size_t c = issues.size();
+    Issue issue;
+    const auto T = static_cast<std::int64_t>(world_size());
+    if (c < chunks_.size() && info.dtype == dtl::DType::kF64) {
+      const auto [begin, end] = chunks_[c];
+      const std::uintptr_t row = static_cast<std::uintptr_t>(out_) * sizeof(double);
+      issue.where = s == send_base_ + static_cast<std::uintptr_t>(T * begin) * row &&
+                    y == y_base_ + static_cast<std::uintptr_t>(begin) * row &&
+                    static_cast<std::int64_t>(info.count) == (end - begin) * out_;
+      issue.rows = T * (end - begin);
+      if (issue.where) {  // the layout is the contract's: the whole staging buffer can be read
+        const auto* staging = reinterpret_cast<const double*>(send_base_);
+        const std::int64_t all_rows = static_cast<std::int64_t>(staged_.size()) / out_;
+        for (std::int64_t i = T * begin; i < all_rows; ++i) {
+          bool holds = true;
+          for (std::int64_t j = 0; j < out_; ++j) {
+            const double want = staged_[static_cast<std::size_t>(i * out_ + j)];
+            holds = holds && std::abs(staging[i * out_ + j] - want) <= kTol * (1.0 + std::abs(want));
+          }
+          (i < T * end ? issue.rows_ready : issue.later_rows_ready) += holds ? 1 : 0;
+        }
+      }
+    }
+    issue.previous_waited = c > 0 && waited_[c - 1] != 0;
+    issues.push_back(issue);
+    waited_.push_back(0);
+    return std::make_unique<Forward>(inner_.reduce_scatter(send, recv, info.count, info.dtype, info.op), info,
+                                     &waited_, c);
+  }
+  std::unique_ptr<dtl::WorkImpl> do_allreduce(void* buf, const dtl::OpInfo& info) override {
+    return std::make_unique<Forward>(inner_.allreduce(buf, info.count, info.dtype, info.op), info);
+  }
+  std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
+    return std::make_unique<Forward>(inner_.broadcast(buf, info.count, info.dtype, info.root), info);
+  }
+  std::unique_ptr<dtl::WorkImpl> do_allgather(const void* send, void* recv, const dtl::OpInfo& info) override {
+    return std::make_unique<Forward>(inner_.allgather(send, recv, info.count, info.dtype), info);
+  }
+
+ private:
+  class Forward final : public dtl::WorkImpl {
+   public:
+    // waited: set (*waited)[chunk] when the caller waits for the operation (nullptr: not a chunk).
+    Forward(dtl::Work work, const dtl::OpInfo& info, std::vector<int>* waited = nullptr, std::size_t chunk = 0)
+        : dtl::WorkImpl(info.description), work_(std::move(work)), waited_(waited), chunk_(chunk) {}
+    bool test() override { return work_.test(); }
+    bool wait_until(double deadline) override {
+      if (waited_ != nullptr) (*waited_)[chunk_] = 1;
+      return work_.wait_for(std::max(0.0, deadline - dtl::clock_seconds()));
+    }
+
+   private:
+    dtl::Work work_;
+    std::vector<int>* waited_;
+    std::size_t chunk_;
+  };
+  dtl::Communicator& inner_;
+  std::vector<double> staged_;
+  std::int64_t out_;
+  std::vector<std::pair<std::int64_t, std::int64_t>> chunks_;
+  std::uintptr_t send_base_ = 0, y_base_ = 0;
+  std::vector<int> waited_;  // per chunk issued: waited for yet
+};
+
+/// One sequence-parallel forward of `sequences` sequences of `length` tokens in `chunks` chunks
+/// behind a StagingWatch: each chunk a reduce-scatter of its blocks, in order, issued with its
+/// rows computed and the later chunks' not yet, received in place.
+inline void check_sp_chunks(std::int64_t sequences, std::int64_t length, int chunks) {
+  Group tp(comm());
+  const int T = tp.size(), r = tp.rank();
+  const std::int64_t in = 2 * T, out = 3, local_in = in / T, s = length / T, n = sequences * s;
+  auto full = random_linear("proj", in, out, true, 27);
+  const nn::Tensor x_mine =
+      tensor_of({sequences, length, local_in}, column_slice(random_tensor({sequences, length, in}, 28), T, r));
+  // The test's own product x_r W_r^T (plain loops), one row per token of every sequence.
+  const std::vector<double> w = column_slice(full->weight().value, T, r), xv = values(x_mine);
+  auto product = [&](std::int64_t token_row, std::int64_t j) {
+    double sum = 0.0;
+    for (std::int64_t i = 0; i < local_in; ++i) {
+      sum += xv[static_cast<std::size_t>(token_row * local_in + i)] * w[static_cast<std::size_t>(j * local_in + i)];
+    }
+    return sum;
+  };
+  // The contract's layout: chunk [b, e) at staged rows [T b, T e), block q (rank q's rows [b, e)) after block q - 1.
+  const std::int64_t k = std::min<std::int64_t>(chunks, n);
+  std::vector<std::pair<std::int64_t, std::int64_t>> cuts;
+  std::vector<double> staged(static_cast<std::size_t>(T * n * out), 0.0);
+  for (std::int64_t c = 0; c < k; ++c) {
+    const std::int64_t b = c * n / k, e = (c + 1) * n / k;
+    cuts.emplace_back(b, e);
+    for (std::int64_t q = 0; q < T; ++q) {
+      for (std::int64_t i = b; i < e; ++i) {
+        const std::int64_t token_row = (i / s) * length + q * s + i % s;  // rank q's row i of y: a token of x
+        for (std::int64_t j = 0; j < out; ++j) {
+          staged[static_cast<std::size_t>((T * b + q * (e - b) + i - b) * out + j)] = product(token_row, j);
+        }
+      }
+    }
+  }
+  StagingWatch watch(tp.record, staged, out, cuts);
+  auto layer = overlapped_of(*full, watch, T, r, chunks, true);
+  tp.record.clear();
+  layer->forward(x_mine);
+
+  const std::string what = std::to_string(sequences) + " sequences of " + std::to_string(length) + " tokens in " +
+                           std::to_string(chunks) + " chunks, rank " + std::to_string(r) + " of " + std::to_string(T);
+  const auto& ops = tp.record.ops();
+  EXPECT_EQ(static_cast<std::int64_t>(ops.size()), k)
+      << what << ": one reduce-scatter per chunk, min(chunks, B S/T) of them; issued " << describe(tp.record);
+  if (static_cast<std::int64_t>(watch.issues.size()) != k) return;
+  for (std::size_t c = 0; c < watch.issues.size(); ++c) {
+    const StagingWatch::Issue& issue = watch.issues[c];
+    EXPECT_EQ(ops[c].kind, CollectiveKind::kReduceScatter) << what;
+    EXPECT_TRUE(issue.where) << what << ": chunk " << c << " (rows [" << cuts[c].first << ", " << cuts[c].second
+                             << ") of y) is not a reduce-scatter of " << (cuts[c].second - cuts[c].first) * out
+                             << " elements from rows [T b, T e) of the staging buffer into rows [b, e) of y"
+                             << " (b, e: the chunk's rows; the layout of lab08/overlapped_linear.h)";
+    if (!issue.where) continue;
+    EXPECT_EQ(issue.rows_ready, issue.rows) << what << ": at the issue of chunk " << c << "'s reduce-scatter, only "
+                                            << issue.rows_ready << " of its " << issue.rows
+                                            << " staged rows hold the product rows that become rank q's rows of y";
+    EXPECT_EQ(issue.later_rows_ready, 0) << what << ": at the issue of chunk " << c << "'s reduce-scatter, "
+                                         << issue.later_rows_ready << " staged rows of later chunks hold their "
+                                         << "product already: the next chunk's GEMMs ran before this chunk's "
+                                         << "reduce-scatter was issued";
+    EXPECT_FALSE(issue.previous_waited) << what << ": chunk " << c - 1 << "'s reduce-scatter was waited for before "
+                                        << "chunk " << c << "'s was issued: the link idled while chunk " << c
+                                        << " was multiplied (nothing overlaps)";
+  }
 }
 
 }  // namespace lab08_test
