@@ -285,6 +285,7 @@ class VirtualRingGraph {
   /// @throws InvalidArgument as virtual_ring_allreduce() does.
   /// @throws CudaError if capturing or instantiating fails.
   VirtualRingGraph(std::span<T* const> bufs, std::size_t count, cudaStream_t stream, bool fuse = true);
+  /// @brief Frees the graph (a run() still queued on the stream completes first).
   ~VirtualRingGraph();
   VirtualRingGraph(const VirtualRingGraph&) = delete;
   VirtualRingGraph& operator=(const VirtualRingGraph&) = delete;
