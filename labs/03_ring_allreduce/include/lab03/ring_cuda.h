@@ -279,8 +279,10 @@ class VirtualRingGraph {
   /// @param[in] bufs P device buffers of `count` elements on the current device,
   ///            which must outlive this object.
   /// @param[in] count elements per buffer.
-  /// @param[in] stream the stream to capture on and to launch on; no other work may
-  ///            be queued on it while the constructor runs.
+  /// @param[in] stream the stream to capture on and to launch on: a stream of your
+  ///            own (dtl::cuda::Stream), not the legacy default stream 0, which
+  ///            cannot be captured; nothing else may be queued on it while the
+  ///            constructor runs.
   /// @param[in] fuse whether to fold step P-1 into step P-2.
   /// @throws InvalidArgument as virtual_ring_allreduce() does.
   /// @throws CudaError if capturing or instantiating fails.
