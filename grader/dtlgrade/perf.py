@@ -94,7 +94,7 @@ TOO_NOISY = "too noisy to grade speed here"
 # the pairs (no counting) the 10x slower one was "too
 # noisy" in 1 grading in 6. The interval check above costs the reference "too
 # noisy" in 2 gradings in 100 where a third of the runs are off by 1.6x (none
-# without it) and in 1 in 4 at the noisiest (1 in 80 without it); in return, a
+# without it) and in 1 in 4 at the noisiest (1 in 100 without it); in return, a
 # submission 3.5x slower took full points in 13 gradings of 600 at the
 # noisiest without it and in none with it, one 2x slower in 76 instead of 186
 # (test_perf_fairness.py, with the rubrics' early stop).
@@ -305,8 +305,9 @@ def judge(pairs: Pairs, item: PerfItem) -> str:
 # `early_runs` pairs (3 in the rubrics) the grader stops when the interval of the
 # median ratio lies wholly on one side (early_verdict()):
 #
-#   - every pair at or below full_at: full points (the median cannot be above),
-#     with the same proviso as judge()'s (the largest pair times B below zero_at);
+#   - every pair at or below full_at: full points (the median cannot be above,
+#     and the interval's high end, at most the largest pair, stays under zero_at,
+#     so judge()'s interval check holds too);
 #   - every pair above zero_at x B (B the noise bound of these pairs, here the
 #     largest spread): no points, slower than the noise explains at every pair.
 #

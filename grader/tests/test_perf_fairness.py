@@ -8,9 +8,9 @@
 - the noise guard (Note [Noise guard]) on made-up measurements: the reference
   against itself on a noisy machine (seeded random noise, and the numbers of
   issue 31) scores full marks or "too noisy", never less; a slow submission still
-  loses its points on a quiet and on a noisy machine, and noise that spans the
-  whole scale (ratio x bound reaching zero_at) gives "too noisy", not full
-  points; the pair count grows only while the result is unclear;
+  loses its points on a quiet and on a noisy machine, and pairs whose median
+  is at or below full_at while the interval of that median reaches zero_at give
+  "too noisy", not full points; the pair count grows only while the result is unclear;
 - the early stop (Note [Early stop]): after `early_runs` pairs that all say full
   points or all say none, no more pairs; the same guarantees as above, simulated,
   at fewer pairs; a close call still gets the whole measurement;

@@ -11,8 +11,9 @@ classes' speed items too, and this class could not share the machine).
   Lab 01 is graded in a batch with --jobs 2 beside a slow submission (the
   reference's ring shift, then 30 copies of the message: test_perf.py's), which
   must still lose speed points there (measured, above full_at; all 5 only where
-  the load leaves the ratio above zero_at), or be "too noisy" where its pairs
-  reach past zero_at, never full points, and keep every other point. A lab
+  the load leaves the ratio above zero_at), or be left out as too noisy
+  (perf.py's Note [Noise guard]), never given full points, and keep every
+  other point. A lab
   whose every speed item needs more cores than this machine has is not graded
   here (its reference would score the same with or without the load:
   test_lab02_reference_skeleton.py grades it).
@@ -79,32 +80,35 @@ class TestSpeedUnderLoad(helpers.GraderAssertions, unittest.TestCase):
         for run in graded.values():
             self.assertLoadWasThere(run.json["tests"])
         self.assertReferenceFairUnderLoad(graded["reference"], 90)
-        # The slow submission loses speed points under the load too, and only them: it is
-        # measured (not "too noisy") and slower than full_at. Not always all 5: a heavy
-        # load adds the same waits to both halves of each run's time/vendor ratio and
-        # squeezes it toward 1 (beside two builds, load average 11: 2.11 for 2.97 / 5;
-        # 7.1 to 33, 0 / 5, in three other runs at load averages 5 to 12; test_perf.py: all 5 on a
-        # quiet machine).
+        # The slow submission loses speed points under the load too, and keeps every other
+        # point. Either it is measured slower than full_at (verdict "scored"; not always
+        # all 5: a heavy load adds the same waits to both halves of each run's time/vendor
+        # ratio and squeezes it toward 1; beside two builds, load average 11: 2.11 for
+        # 2.97 / 5; 7.1 to 33, 0 / 5, in three other runs at load averages 5 to 12;
+        # test_perf.py: all 5 on a quiet machine), or it is left out as too noisy, never
+        # given full points (Note [Noise guard]): "too noisy" at once when its median
+        # came out at or below full_at with the interval of that median reaching zero_at
+        # (once: 1.19, pairs 0.32 to 6.91), or "unclear" after max_runs pairs whose
+        # median stayed within what the reference's own spread explains.
         slow = graded["slow"]
         self.assertGradescopeJson(slow)
         (speed,) = slow.items("perf")
         self.assertFullMarks([t for t in slow.json["tests"] if t is not speed])
+        (rubric_item,) = load_lab("01", []).perf
         if helpers.speed_left_out(speed):
-            # A load that swings every run several fold can squeeze the slow one's median
-            # below full_at with pairs on both sides of zero_at (once: 1.19, pairs 0.32 to
-            # 6.91): "too noisy", out of the total, never full points (Note [Noise guard]).
             verdict = speed["extra_data"]["verdict"]
             self.assertIn(verdict, ("too noisy", "unclear"), speed["output"])
             if verdict == "too noisy":
-                self.assertGreaterEqual(speed["extra_data"]["interval"][1], 3.0, speed["output"])
+                self.assertLessEqual(speed["extra_data"]["ratio"], rubric_item.full_at, speed["output"])
+                self.assertGreaterEqual(speed["extra_data"]["interval"][1], rubric_item.zero_at, speed["output"])
             self.assertEqual((slow.json["score"], slow.json["max_score"]), (85, 85))
-            return
-        self.assertEqual(speed["status"], "failed", speed["output"])
-        self.assertLess(speed["score"], speed["max_score"], speed["output"])
-        self.assertGreater(speed["max_score"], 0)
-        self.assertEqual(speed["extra_data"]["verdict"], "scored")
-        self.assertGreater(speed["extra_data"]["ratio"], 1.5)
-        self.assertAlmostEqual(slow.json["score"], 85 + speed["score"], places=2)
+        else:
+            self.assertEqual(speed["status"], "failed", speed["output"])
+            self.assertLess(speed["score"], speed["max_score"], speed["output"])
+            self.assertGreater(speed["max_score"], 0)
+            self.assertEqual(speed["extra_data"]["verdict"], "scored")
+            self.assertGreater(speed["extra_data"]["ratio"], rubric_item.full_at)
+            self.assertAlmostEqual(slow.json["score"], 85 + speed["score"], places=2)
         # Speed came after both gradings' correctness runs, one submission at a time.
         text = proc.stdout
         self.assertRegex(text, r"speed: \d+ usable core\(s\): \d+ CPU\(s\) in the grader's affinity mask, ")

@@ -7,7 +7,8 @@
 # Each step has its own timeout and log under $OUT; the script goes on after a
 # failure and prints a summary at the end.
 #   1. ctest -R 'gpu|nccl' -LE student (every GPU and NCCL test, 1-4 ranks), twice
-#   2. lab03_bench's GPU rows at 1 rank (reduce-copy, virtual ring)
+#   2. lab03_bench's GPU rows at 1 rank (reduce-copy, virtual ring; the ring as
+#      a CUDA Graph in a step of its own)
 #   3. its IPC ring and NCCL rows at 2 and 4 ranks sharing the GPU: plain, with
 #      NCCL_MAX_CTAS=1, and under MPS (nvidia-cuda-mps-control -d)
 #   4. PyTorch's torch.add on the same GPU (torch_anchor.py)
@@ -20,7 +21,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 step ctest-1 240 bash -c "cd build && ctest -R 'gpu|nccl' -LE student --output-on-failure"
 step ctest-2 240 bash -c "cd build && ctest -R 'gpu|nccl' -LE student --output-on-failure"
 bench=build/labs/03_ring_allreduce/lab03_bench
-step bench-np1 120 mpirun -n 1 "$bench" --benchmark_filter='Gpu'
+step bench-np1 120 mpirun -n 1 "$bench" --benchmark_filter='Gpu(ReduceCopy|VirtualRing/)'
+step bench-np1-graph 120 mpirun -n 1 "$bench" --benchmark_filter='GpuVirtualRingGraph'
 for np in 2 4; do
   step "bench-np$np" 120 mpirun -n "$np" "$bench" --benchmark_filter='GpuIpcRing'
   step "bench-np$np-ctas1" 120 mpirun -n "$np" -x NCCL_MAX_CTAS=1 "$bench" --benchmark_filter='GpuIpcRing'

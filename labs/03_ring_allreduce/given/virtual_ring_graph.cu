@@ -23,8 +23,11 @@ VirtualRingGraph<T>::VirtualRingGraph(std::span<T* const> bufs, std::size_t coun
   try {
     virtual_ring_allreduce<T>(bufs, count, stream, fuse);
   } catch (...) {
-    cudaStreamEndCapture(stream, &graph);  // leave the stream usable; the error is the loop's
-    if (graph != nullptr) cudaGraphDestroy(graph);
+    // Leave the stream usable; the error is the loop's. Ending a capture that a
+    // failed launch invalidated reports an error of its own: clear it, so that the
+    // next unrelated DTL_CUDA_CHECK_LAUNCH() does not throw it.
+    if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph != nullptr) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
     throw;
   }
   DTL_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
@@ -33,6 +36,9 @@ VirtualRingGraph<T>::VirtualRingGraph(std::span<T* const> bufs, std::size_t coun
   if (status == cudaSuccess && nodes > 0) status = cudaGraphInstantiate(&exec_, graph, 0);
   cudaGraphDestroy(graph);
   DTL_CUDA_CHECK(status);
+  // Upload now, so that the first run() is timed like every other (a graph's
+  // first launch otherwise includes moving it to the device).
+  if (exec_ != nullptr) DTL_CUDA_CHECK(cudaGraphUpload(exec_, stream));
   kernels_ = nodes;
 }
 

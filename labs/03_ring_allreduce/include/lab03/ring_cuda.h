@@ -277,17 +277,18 @@ class VirtualRingGraph {
   /// @brief Captures virtual_ring_allreduce(bufs, count, stream, fuse) into a graph;
   /// nothing runs yet.
   /// @param[in] bufs P device buffers of `count` elements on the current device,
-  ///            which must outlive this object.
+  ///            which must outlive this object and its last run's completion.
   /// @param[in] count elements per buffer.
   /// @param[in] stream the stream to capture on and to launch on: a stream of your
   ///            own (dtl::cuda::Stream), not the legacy default stream 0, which
   ///            cannot be captured; nothing else may be queued on it while the
-  ///            constructor runs.
+  ///            constructor runs; it must outlive this object.
   /// @param[in] fuse whether to fold step P-1 into step P-2.
   /// @throws InvalidArgument as virtual_ring_allreduce() does.
   /// @throws CudaError if capturing or instantiating fails.
   VirtualRingGraph(std::span<T* const> bufs, std::size_t count, cudaStream_t stream, bool fuse = true);
-  /// @brief Frees the graph (a run() still queued on the stream completes first).
+  /// @brief Frees the graph without waiting: a run() still in flight completes, and
+  /// the driver frees its graph then.
   ~VirtualRingGraph();
   VirtualRingGraph(const VirtualRingGraph&) = delete;
   VirtualRingGraph& operator=(const VirtualRingGraph&) = delete;

@@ -85,13 +85,13 @@ namespace dtl::lab08 {
 // so the k chunks' inputs lie one after another in one staging buffer of the
 // whole product's size.
 //
-// How much it hides. A reduce-scatter of n bytes takes (T-1)(alpha + n/(T BW)) on
+// How much it hides. A reduce-scatter of m bytes takes (T-1)(alpha + m/(T BW)) on
 // the emulator's link (bandwidth BW), so the bound has the allreduce's form:
 //
-//     hidden = 1 - (alpha + n/(k T BW)) / (alpha + n/(T BW)),
+//     hidden = 1 - (alpha + m/(k T BW)) / (alpha + m/(T BW)),
 //
-// with the product's n bytes. At the benchmark's shapes (N = 256 tokens, C =
-// 128, f32, T = 2, n = 128 KiB) on 10GbE at k = 4: hidden <= 63%; on NVLink4
+// with the product's m bytes. At the benchmark's shapes (N = 256 tokens, C =
+// 128, f32, T = 2, m = 128 KiB) on 10GbE at k = 4: hidden <= 63%; on NVLink4
 // about 5%. A reduce-scatter takes half an allreduce's time, so a chunk's GEMM
 // covers it more easily: the bound is reached on slower links than task F's.
 //
@@ -114,8 +114,9 @@ namespace dtl::lab08 {
 /// reduce-scatter]) x_r is (B, S, in/T) for the whole sequences and y is this rank's
 /// tokens of every sequence, (B, S/T, out), summed over the group, plus the bias, as
 /// RowParallelLinear's with ParallelOptions::sequence_parallel. This rank's n = B S/T
-/// rows of y are cut into min(k, n) chunks of consecutive rows, in row order, sizes
-/// differing by at most one row; chunk c (rows [b, e) of y on every rank) is one
+/// rows of y are cut into k' = min(k, n) chunks of consecutive rows, in row order:
+/// chunk c is rows [b, e) = [c n / k', (c + 1) n / k') (integer division), the same
+/// cut on every rank, so that the tests know each chunk; chunk c is one
 /// reduce-scatter of (e - b) x out elements per rank, issued as soon as its T blocks
 /// are computed and before the next chunk's GEMMs begin; it sends from rows [T b,
 /// T e) of one staging buffer of T n rows (kCommunication; block q, the product rows
