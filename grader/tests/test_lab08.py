@@ -10,9 +10,11 @@ refusals and the overlapped row-parallel layers (tasks F and F2, built from the 
 own slices) with their hidden items: 80 / 155. An overlapped layer that computes the whole
 product first and only then issues the chunks' allreduces (right results, nothing
 overlapped) passes the equality tests and fails the chunk-order test (task F, in the
-kept tree, rebuilt into the student test program only); the same for task F2's
-reduce-scatters, for a task F2 that waits for each chunk at once, and for one that cuts the product's rows in row order (each
-chunk then a reduce-scatter of the wrong rows: wrong results)."""
+kept tree, rebuilt into the student test program only), and so does one that keeps the
+whole product aside and copies each chunk in just before its allreduce (the watch
+changes the later rows of x at each issue); the same for task F2's reduce-scatters, for
+a task F2 that waits for each chunk at once, and for one that cuts the product's rows
+in row order (each chunk then a reduce-scatter of the wrong rows: wrong results)."""
 import shutil
 import sys
 import unittest
@@ -36,6 +38,30 @@ ALL_GEMMS_FIRST = """\
              cache.y.data<T>(), out_);
     for (std::int64_t c = 0; c < k; ++c) {
       const std::int64_t begin = c * rows / k, end = (c + 1) * rows / k;
+      pending.push_back(tp_.allreduce(cache.y.data<T>() + begin * out_,
+                                      static_cast<std::size_t>((end - begin) * out_), x.dtype(), ReduceOp::kSum));
+    }
+  });
+  for (Work& work : pending) work.wait();
+  if (has_bias_) add_bias(cache.y, bias_.value);
+  return cache.y;
+"""
+
+# Task F with nothing overlapped, hidden: the whole product into a buffer of its own, then
+# each chunk copied into y just before its allreduce (y looks right at every issue).
+PRODUCT_COPIED_IN = """\
+  const std::int64_t rows = x.numel() / in_;
+  const std::int64_t k = std::min<std::int64_t>(chunks_, rows);
+  std::vector<Work> pending;
+  detail::dispatch_float(x.dtype(), "OverlappedRowParallelLinear::forward", [&](auto zero) {
+    using T = decltype(zero);
+    // fault: the whole product first, copied into y chunk by chunk (nothing overlaps)
+    std::vector<T> product(static_cast<std::size_t>(rows * out_));
+    nn::gemm(false, true, rows, out_, in_, T{1}, x.data<T>(), in_, weight_.value.data<T>(), in_, T{0},
+             product.data(), out_);
+    for (std::int64_t c = 0; c < k; ++c) {
+      const std::int64_t begin = c * rows / k, end = (c + 1) * rows / k;
+      std::copy(product.begin() + begin * out_, product.begin() + end * out_, cache.y.data<T>() + begin * out_);
       pending.push_back(tp_.allreduce(cache.y.data<T>() + begin * out_,
                                       static_cast<std::size_t>((end - begin) * out_), x.dtype(), ReduceOp::kSum));
     }
@@ -131,6 +157,15 @@ class TestLab08Reference(helpers.GraderAssertions, unittest.TestCase):
                                                 "--gtest_filter=Overlap.ChunksAreIssuedAsTheyAreComputed")
             self.assertNotEqual(rc, 0, out[-3000:])
             self.assertIn("the next chunk's GEMM ran before this chunk's allreduce was issued", out, out[-3000:])
+            # The same product kept aside and copied in at each issue: the watch changes the
+            # later rows of x after each issue (Note [The watch changes x]), so it is stale.
+            helpers.mutate_kept(self.work, "08", function, PRODUCT_COPIED_IN)
+            build = helpers.rebuild_kept(self.work, "08", "lab08_student_test")
+            self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
+            rc, out, _ = helpers.run_kept_tests(self.work, "08", 3,
+                                                "--gtest_filter=Overlap.ChunksAreIssuedAsTheyAreComputed")
+            self.assertNotEqual(rc, 0, out[-3000:])
+            self.assertIn("of x as it is now", out, out[-3000:])
         finally:  # the source back to the reference's
             helpers.mutate_kept(self.work, "08", function, helpers.reference_body(function, "08"))
 

@@ -85,13 +85,43 @@ inline nn::Tensor integers_of(const nn::Shape& shape, std::uint64_t seed) {
   return tensor_of(shape, v);
 }
 
+// Note [The watch changes x]: a watch sees the layer's buffers only when a
+// collective is issued, so a layer that multiplied every chunk into a buffer of
+// its own first, then copied each chunk in just before its issue, would look
+// overlapped without being so. So after each issue the watch changes the rows of
+// x that the later chunks read (x_step(): a fixed amount per feature), and checks
+// each chunk against the product of x as it is at that chunk's issue. A layer
+// that reads a chunk's rows of x before the previous chunk's collective was
+// issued holds a stale product there. The contract says so: read a chunk's rows
+// of x only once the chunk before it is issued.
+
+/// The change the watches make to one row of x after an issue: + (1 + i/4) at feature i.
+inline void x_step(double* row, std::int64_t in) {
+  for (std::int64_t i = 0; i < in; ++i) row[i] += 1.0 + 0.25 * static_cast<double>(i);
+}
+
+/// What one x_step() adds to a row of x_r W_r^T: out values, from this rank's (out, in) slice w.
+inline std::vector<double> product_of_step(const std::vector<double>& w, std::int64_t out, std::int64_t in) {
+  std::vector<double> step(static_cast<std::size_t>(out), 0.0);
+  for (std::int64_t j = 0; j < out; ++j) {
+    for (std::int64_t i = 0; i < in; ++i) {
+      step[static_cast<std::size_t>(j)] += (1.0 + 0.25 * static_cast<double>(i)) * w[static_cast<std::size_t>(j * in + i)];
+    }
+  }
+  return step;
+}
+
 // A Communicator between the layer and Open MPI that, at each allreduce's issue, reads
 // the layer's output rows: the chunk being issued must hold this rank's product
 // already (x_r W_r^T, the test's own loops), and no later row may hold it yet.
 class ChunkWatch final : public dtl::Communicator {
  public:
-  ChunkWatch(dtl::Communicator& inner, std::vector<double> product, std::int64_t out)
-      : inner_(inner), product_(std::move(product)), out_(out) {}
+  /// product: x_r W_r^T of the x given to forward, (N, out). x, in: that x's data, (N, in),
+  /// which the watch changes as the chunks are issued (x_step()); step: x_step()'s
+  /// product, out values: what each change adds to a row of the product.
+  ChunkWatch(dtl::Communicator& inner, std::vector<double> product, std::int64_t out, double* x, std::int64_t in,
+             std::vector<double> step)
+      : inner_(inner), product_(std::move(product)), out_(out), x_(x), in_(in), step_(std::move(step)) {}
   int rank() const override { return inner_.rank(); }
   int world_size() const override { return inner_.world_size(); }
   std::string name() const override { return "chunk watch over " + inner_.name(); }
@@ -112,6 +142,7 @@ class ChunkWatch final : public dtl::Communicator {
     const std::int64_t offset = (static_cast<std::int64_t>(address) - static_cast<std::int64_t>(base_)) /
                                 static_cast<std::int64_t>(sizeof(double));
     const auto* y = reinterpret_cast<const double*>(base_);
+    const auto changes = static_cast<double>(issues.size());  // x_step()s so far on every row from here on
     if (info.dtype == dtl::DType::kF64 && address >= base_ && offset % out_ == 0 &&
         offset + static_cast<std::int64_t>(info.count) <= n) {
       issue.first_row = offset / out_;
@@ -119,11 +150,13 @@ class ChunkWatch final : public dtl::Communicator {
       for (std::int64_t row = issue.first_row; row < n / out_; ++row) {
         bool holds = true;
         for (std::int64_t j = 0; j < out_; ++j) {
-          const double want = product_[static_cast<std::size_t>(row * out_ + j)];
+          const double want = product_[static_cast<std::size_t>(row * out_ + j)] +
+                              changes * step_[static_cast<std::size_t>(j)];
           holds = holds && std::abs(y[row * out_ + j] - want) <= kTol * (1.0 + std::abs(want));
         }
         (row < issue.first_row + issue.rows ? issue.rows_ready : issue.later_rows_ready) += holds ? 1 : 0;
       }
+      for (std::int64_t row = issue.first_row + issue.rows; row < n / out_; ++row) x_step(x_ + row * in_, in_);
     }
     issues.push_back(issue);
     return std::make_unique<Forward>(inner_.allreduce(buf, info.count, info.dtype, info.op), info);
@@ -153,6 +186,9 @@ class ChunkWatch final : public dtl::Communicator {
   dtl::Communicator& inner_;
   std::vector<double> product_;
   std::int64_t out_;
+  double* x_;
+  std::int64_t in_;
+  std::vector<double> step_;
   std::uintptr_t base_ = 0;  // y's first row: where chunk 0's allreduce began
 };
 
@@ -175,7 +211,7 @@ inline void check_chunks(std::int64_t rows, int chunks) {
       }
     }
   }
-  ChunkWatch watch(tp.record, product, out);
+  ChunkWatch watch(tp.record, product, out, x_mine.data<double>(), local_in, product_of_step(w, out, local_in));
   auto layer = overlapped_of(*full, watch, T, r, chunks);
   tp.record.clear();
   layer->forward(x_mine);
@@ -195,7 +231,9 @@ inline void check_chunks(std::int64_t rows, int chunks) {
                                          << "follow chunk " << c - 1 << "'s (consecutive rows, in row order, in place)";
     EXPECT_EQ(issue.rows_ready, issue.rows) << what << ": at the issue of chunk " << c << "'s allreduce, only "
                                             << issue.rows_ready << " of its " << issue.rows
-                                            << " rows of y hold this rank's product x_r W_r^T";
+                                            << " rows of y hold this rank's product x_r W_r^T of x as it is now"
+                                            << " (the test changes the later rows of x after each issue: a chunk's"
+                                            << " rows of x may be read only once the chunk before it is issued)";
     EXPECT_EQ(issue.later_rows_ready, 0) << what << ": at the issue of chunk " << c << "'s allreduce, "
                                          << issue.later_rows_ready << " later rows of y already hold their product: "
                                          << "the next chunk's GEMM ran before this chunk's allreduce was issued";
@@ -271,11 +309,16 @@ inline void check_overlapped_sp(const nn::Shape& shape, std::int64_t out, bool b
 // into its own rows of y; and the previous chunk must not have been waited for yet.
 class StagingWatch final : public dtl::Communicator {
  public:
-  /// staged: the whole staging buffer as the contract lays it out for k chunks, (T n, out).
-  /// chunk_rows: each chunk's [begin, end) of this rank's n rows of y, in order.
+  /// staged: the whole staging buffer as the contract lays it out for k chunks, (T n, out),
+  /// from the x given to forward. chunk_rows: each chunk's [begin, end) of this rank's n rows
+  /// of y, in order. x_rows: for each staged row, the row of x it multiplies; x, in: that
+  /// x's data, which the watch changes as the chunks are issued (Note [The watch changes x]);
+  /// step: what one x_step() adds to a staged row.
   StagingWatch(dtl::Communicator& inner, std::vector<double> staged, std::int64_t out,
-               std::vector<std::pair<std::int64_t, std::int64_t>> chunk_rows)
-      : inner_(inner), staged_(std::move(staged)), out_(out), chunks_(std::move(chunk_rows)) {}
+               std::vector<std::pair<std::int64_t, std::int64_t>> chunk_rows, std::vector<std::int64_t> x_rows,
+               double* x, std::int64_t in, std::vector<double> step)
+      : inner_(inner), staged_(std::move(staged)), out_(out), chunks_(std::move(chunk_rows)),
+        x_rows_(std::move(x_rows)), x_(x), in_(in), step_(std::move(step)) {}
   int rank() const override { return inner_.rank(); }
   int world_size() const override { return inner_.world_size(); }
   std::string name() const override { return "staging watch over " + inner_.name(); }
@@ -306,15 +349,20 @@ class StagingWatch final : public dtl::Communicator {
       if (issue.where) {  // the layout is the contract's: the whole staging buffer can be read
         const auto* staging = reinterpret_cast<const double*>(send_base_);
         const std::int64_t all_rows = static_cast<std::int64_t>(staged_.size()) / out_;
+        const auto changes = static_cast<double>(c);  // x_step()s so far on the rows of x from here on
         for (std::int64_t i = T * begin; i < all_rows; ++i) {
           bool holds = true;
           for (std::int64_t j = 0; j < out_; ++j) {
-            const double want = staged_[static_cast<std::size_t>(i * out_ + j)];
+            const double want = staged_[static_cast<std::size_t>(i * out_ + j)] +
+                                changes * step_[static_cast<std::size_t>(j)];
             holds = holds && std::abs(staging[i * out_ + j] - want) <= kTol * (1.0 + std::abs(want));
           }
           (i < T * end ? issue.rows_ready : issue.later_rows_ready) += holds ? 1 : 0;
         }
       }
+      // The later chunks' rows of x change now (Note [The watch changes x]).
+      const std::int64_t all_rows = static_cast<std::int64_t>(x_rows_.size());
+      for (std::int64_t i = T * end; i < all_rows; ++i) x_step(x_ + x_rows_[static_cast<std::size_t>(i)] * in_, in_);
     }
     issue.previous_waited = c > 0 && waited_[c - 1] != 0;
     issues.push_back(issue);
@@ -353,6 +401,10 @@ class StagingWatch final : public dtl::Communicator {
   std::vector<double> staged_;
   std::int64_t out_;
   std::vector<std::pair<std::int64_t, std::int64_t>> chunks_;
+  std::vector<std::int64_t> x_rows_;
+  double* x_;
+  std::int64_t in_;
+  std::vector<double> step_;
   std::uintptr_t send_base_ = 0, y_base_ = 0;
   std::vector<int> waited_;  // per chunk issued: waited for yet
 };
@@ -380,19 +432,23 @@ inline void check_sp_chunks(std::int64_t sequences, std::int64_t length, int chu
   const std::int64_t k = std::min<std::int64_t>(chunks, n);
   std::vector<std::pair<std::int64_t, std::int64_t>> cuts;
   std::vector<double> staged(static_cast<std::size_t>(T * n * out), 0.0);
+  std::vector<std::int64_t> x_rows(static_cast<std::size_t>(T * n), 0);
   for (std::int64_t c = 0; c < k; ++c) {
     const std::int64_t b = c * n / k, e = (c + 1) * n / k;
     cuts.emplace_back(b, e);
     for (std::int64_t q = 0; q < T; ++q) {
       for (std::int64_t i = b; i < e; ++i) {
         const std::int64_t token_row = (i / s) * length + q * s + i % s;  // rank q's row i of y: a token of x
+        const std::int64_t staged_row = T * b + q * (e - b) + i - b;
+        x_rows[static_cast<std::size_t>(staged_row)] = token_row;
         for (std::int64_t j = 0; j < out; ++j) {
-          staged[static_cast<std::size_t>((T * b + q * (e - b) + i - b) * out + j)] = product(token_row, j);
+          staged[static_cast<std::size_t>(staged_row * out + j)] = product(token_row, j);
         }
       }
     }
   }
-  StagingWatch watch(tp.record, staged, out, cuts);
+  StagingWatch watch(tp.record, staged, out, cuts, x_rows, x_mine.data<double>(), local_in,
+                     product_of_step(w, out, local_in));
   auto layer = overlapped_of(*full, watch, T, r, chunks, true);
   tp.record.clear();
   layer->forward(x_mine);
@@ -413,7 +469,10 @@ inline void check_sp_chunks(std::int64_t sequences, std::int64_t length, int chu
     if (!issue.where) continue;
     EXPECT_EQ(issue.rows_ready, issue.rows) << what << ": at the issue of chunk " << c << "'s reduce-scatter, only "
                                             << issue.rows_ready << " of its " << issue.rows
-                                            << " staged rows hold the product rows that become rank q's rows of y";
+                                            << " staged rows hold the product rows that become rank q's rows of y,"
+                                            << " from x as it is now (the test changes the later chunks' rows of x"
+                                            << " after each issue: a chunk's rows of x may be read only once the"
+                                            << " chunk before it is issued)";
     EXPECT_EQ(issue.later_rows_ready, 0) << what << ": at the issue of chunk " << c << "'s reduce-scatter, "
                                          << issue.later_rows_ready << " staged rows of later chunks hold their "
                                          << "product already: the next chunk's GEMMs ran before this chunk's "

@@ -44,7 +44,8 @@ const nn::Tensor& OverlappedRowParallelLinear::forward(const nn::Tensor& x) {
     // | same way, so the tests know each chunk); chunk c is one reduce-scatter, issued as soon
     // | as its blocks of the product are computed and before the next chunk's GEMMs begin,
     // | sending from its rows of one staging buffer (ensure_staging()) and receiving in place
-    // | into its rows of cache.y (the layout: the class's comment in lab08/overlapped_linear.h;
+    // | into its rows of cache.y; a chunk's rows of x are read only once the chunk before it
+    // | is issued (the layout: the class's comment in lab08/overlapped_linear.h;
     // | Note [Overlapping the sequence-parallel reduce-scatter], handout Task F2; the tests
     // | record the chunks, what the staging buffer holds at each issue and when each is waited for).
     const int T = tp_.world_size();
@@ -86,9 +87,10 @@ const nn::Tensor& OverlappedRowParallelLinear::forward(const nn::Tensor& x) {
   // | are cut into k chunks of consecutive rows, in row order, their sizes differing by at
   // | most one row, none empty (k is chunks_, or N when N is smaller); each chunk's rows of
   // | the product are computed in place in cache.y and their allreduce is issued before the
-  // | next chunk's GEMM begins; all are waited for before the bias is added and forward
-  // | returns (Note [Overlapping the row-parallel allreduce], handout Task F; the tests
-  // | record the chunks and what cache.y holds at each issue).
+  // | next chunk's GEMM begins, and a chunk's rows of x are read only once the chunk before
+  // | it is issued; all are waited for before the bias is added and forward returns (Note
+  // | [Overlapping the row-parallel allreduce], handout Task F; the tests record the chunks
+  // | and what cache.y holds at each issue, and change the later rows of x after it).
   const std::int64_t rows = x.numel() / in_;
   const std::int64_t k = std::min<std::int64_t>(chunks_, rows);  // no empty chunk: k > N gives N chunks of one row
   std::vector<Work> pending;

@@ -108,7 +108,10 @@ namespace dtl::lab08 {
 /// flattened) are cut into min(k, N) chunks of consecutive rows, in row order,
 /// whose sizes differ by at most one row; chunk c's allreduce is issued as soon
 /// as its rows of the product are computed, in place in the layer's output, before
-/// the next chunk's GEMM begins. Backward: as RowParallelLinear's, no communication.
+/// the next chunk's GEMM begins, and a chunk's rows of x are read only once the
+/// chunk before it is issued (the tests change the later rows of x at each issue,
+/// so a product computed early is stale). Backward: as RowParallelLinear's, no
+/// communication.
 ///
 /// With sequence parallelism (task F2, Note [Overlapping the sequence-parallel
 /// reduce-scatter]) x_r is (B, S, in/T) for the whole sequences and y is this rank's
@@ -122,7 +125,8 @@ namespace dtl::lab08 {
 /// T e) of one staging buffer of T n rows (kCommunication; block q, the product rows
 /// that become rank q's rows [b, e), is rows [T b + q (e - b), T b + (q + 1)(e - b)))
 /// and receives in place into rows [b, e) of y; none is waited for before the next
-/// chunk's is issued. Backward (given): one all-gather of dy; db covers this rank's
+/// chunk's is issued, and a chunk's rows of x are read only once the chunk before it
+/// is issued (as above: the tests change them). Backward (given): one all-gather of dy; db covers this rank's
 /// tokens only, as RowParallelLinear's.
 ///
 /// Collective over `tp` in forward (and, with sequence parallelism, in backward):
