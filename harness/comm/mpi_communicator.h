@@ -43,8 +43,9 @@ namespace dtl {
 //     MPI_THREAD_MULTIPLE. (Open MPI 4.1.4 on Debian provides it.)
 //
 // (c) A progress thread (MpiMode::kPolling), in between: nonblocking collectives
-//     issued by the caller, and a helper thread that calls MPI_Test on them every
-//     100 us and *sleeps* in between. A blocking collective on a comm thread
+//     issued by the caller, and a helper thread that calls MPI_Test on them and
+//     *sleeps* in between (Note [Polling cadence] in mpi_communicator.cc: 10 us
+//     after a new operation, doubling to every 100 us). A blocking collective on a comm thread
 //     busy-polls the shared-memory queues for as long as it waits for a peer,
 //     and on 2 cores that spinning takes a core from the compute; the progress
 //     thread only takes what the copies themselves cost. Also MPI_THREAD_MULTIPLE.
@@ -59,7 +60,7 @@ namespace dtl {
 enum class MpiMode {
   kNonblocking,  ///< MPI_I* collectives; progress only inside MPI calls (Work::test/wait)
   kThread,       ///< blocking collectives on a communication thread, FIFO (needs MPI_THREAD_MULTIPLE)
-  kPolling,      ///< MPI_I* collectives, MPI_Test'ed every 100 us by a sleeping progress thread (needs MPI_THREAD_MULTIPLE)
+  kPolling,      ///< MPI_I* collectives, MPI_Test'ed by a sleeping progress thread, 10 us after an issue, then up to every 100 us (needs MPI_THREAD_MULTIPLE)
 };
 
 /// @brief The mode's name.
@@ -83,7 +84,7 @@ class Poller;  // the progress thread of MpiMode::kPolling
 /// call and end when it returned; in nonblocking mode, start is the issue time
 /// and end the first Work::test() or wait() that saw the request complete (an
 /// upper bound: nothing tells MPI's progress engine to note the time); in
-/// polling mode, the same, seen by the progress thread (within 100 us).
+/// polling mode, the same, seen by the progress thread (within 10 to 100 us).
 class MpiCommunicator final : public Communicator {
  public:
   /// @brief Duplicates `parent` (collective over `parent`) and, in thread mode, starts the thread.
