@@ -65,8 +65,10 @@ namespace dtl::lab05 {
 //
 // The rank: r <= 0 is refused. r > min(n, m) is clamped to min(n, m) per matrix,
 // since one r serves a model whose matrices differ (10 x 512 and 512 x 512);
-// at r = min(n, m) the picture is exact: P spans the mean's column space, and
-// nothing is left out on average (sum_w e_w = 0).
+// at r = min(n, m) the picture is exact while Q has full rank: P spans the mean's
+// column space, and nothing is left out on average (sum_w e_w = 0). (A Q warm-started
+// from a mean of lower rank than r has that lower rank; then error feedback sends
+// the rest later.)
 //
 // Bytes per step, in fp32: sum over compressed matrices of (n + m) r, plus every
 // uncompressed element, times 4 (times PowerSgdOptions::power_iterations for the
