@@ -12,16 +12,21 @@
 //               practice: 10 uncompressed warm-up steps, 3 power iterations per step
 //   ... bf16    the warm-up sent in bf16 (PowerSgdOptions::exact_dtype, Note [Error reset])
 //   ... bf16 rs15   and an error reset every 15 compressed calls, also in bf16
+//   powersgd r4 wu10 it3 bf16   rank 4 with the bf16 warm-up: about the bytes of "r2 ... rs15"
 // Counters: bytes per rank per step on the wire, averaged over the run (the
 // trainer's comm_bytes for the allreduce rows; PowerSgd::bytes_at_step() for
 // PowerSGD, so the warm-up's and the resets' exact steps count) and of one
 // compressed call ("steady", bytes_per_step()), the median step and averaging
-// time, and the loss: the mean of the last 10 steps' losses. The task
-// is learnable and not memorised: fresh inputs every step, labels from a fixed
-// random linear "teacher". After the rows rank 0 prints the table, with each
-// run's bytes and final loss against the fp32 run's (the goal: PowerSGD
-// rank 2 at <= 0.1x fp32's bytes, final loss within 5%). DTL_POWERSGD_SEED=k (k > 0)
-// draws another teacher and other batches, for the same table on other data.
+// time, and two final losses: the mean of the last 10 steps' training losses, and
+// the held-out loss (the final model on 4096 rows no step trains on, the same rows
+// for every run). The task is learnable and not memorised: fresh inputs every step,
+// labels from a fixed random linear "teacher". After the rows rank 0 prints the
+// table, with each run's bytes and losses against the fp32 run's (the goal:
+// PowerSGD rank 2 at <= 0.1x fp32's bytes, final loss within 5%).
+// Environment: DTL_POWERSGD_SEED=k (k > 0) draws another teacher and other batches,
+// for the same table on other data; DTL_POWERSGD_STEPS=n trains n steps;
+// DTL_POWERSGD_BATCH=b gives each rank b rows per step (default 32);
+// DTL_POWERSGD_EXTRA=rank,warmup,iterations,reset,bf16 adds one row of those options.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -35,6 +40,7 @@
 
 #include "harness/bench/bench.h"
 #include "harness/error.h"
+#include "harness/nn/loss.h"
 #include "harness/nn/model.h"
 #include "harness/random.h"
 #include "lab05/mixed.h"
@@ -59,7 +65,7 @@ struct Scheme {
 
 struct Outcome {
   std::string row;
-  double bytes = 0, steady_bytes = 0, step_ms = 0, comm_ms = 0, loss = 0, first_loss = 0;
+  double bytes = 0, steady_bytes = 0, step_ms = 0, comm_ms = 0, loss = 0, first_loss = 0, eval = 0;
 };
 std::vector<Outcome>& outcomes() {
   static std::vector<Outcome> all;
@@ -93,17 +99,16 @@ std::uint64_t data_seed() {
 
 // Rows [rank b, (rank + 1) b) of step `step`'s global batch: x ~ N(0, 1), y = argmax(T x)
 // for a fixed 10 x kIn teacher T. The same for every scheme.
-void make_batch(int step, int rank, nn::Tensor& x, nn::Tensor& y) {
+void fill_batch(dtl::Rng& draw, std::int64_t rows, nn::Tensor& x, nn::Tensor& y) {
   static const std::vector<float> teacher = [] {
     dtl::Rng rng(4242 + 7919 * data_seed());
     std::vector<float> t(static_cast<std::size_t>(kClasses * kIn));
     for (float& v : t) v = static_cast<float>(rng.normal());
     return t;
   }();
-  dtl::Rng rng(1000003ull * static_cast<std::uint64_t>(step) + static_cast<std::uint64_t>(rank) + (data_seed() << 40));
   float* xs = x.data<float>();
-  for (std::int64_t i = 0; i < kBatch * kIn; ++i) xs[i] = static_cast<float>(rng.normal());
-  for (std::int64_t r = 0; r < kBatch; ++r) {
+  for (std::int64_t i = 0; i < rows * kIn; ++i) xs[i] = static_cast<float>(draw.normal());
+  for (std::int64_t r = 0; r < rows; ++r) {
     std::int64_t best = 0;
     float best_v = -1e30f;
     for (std::int64_t c = 0; c < kClasses; ++c) {
@@ -113,6 +118,36 @@ void make_batch(int step, int rank, nn::Tensor& x, nn::Tensor& y) {
     }
     y.data<std::int32_t>()[r] = static_cast<std::int32_t>(best);
   }
+}
+
+// Rows per rank per step: kBatch (32, the rows in RESULTS.md), or DTL_POWERSGD_BATCH. A larger
+// batch makes each step's mean gradient less noisy (RESULTS.md, "Where the gap comes from").
+std::int64_t rows_per_rank() {
+  static const std::int64_t rows = [] {
+    const char* env = std::getenv("DTL_POWERSGD_BATCH");
+    if (env == nullptr) return kBatch;
+    const long long v = std::atoll(env);
+    if (v < 1) throw dtl::Error("DTL_POWERSGD_BATCH is " + std::string(env) + "; it must be a number >= 1");
+    return static_cast<std::int64_t>(v);
+  }();
+  return rows;
+}
+
+void make_batch(int step, int rank, nn::Tensor& x, nn::Tensor& y) {
+  dtl::Rng rng(1000003ull * static_cast<std::uint64_t>(step) + static_cast<std::uint64_t>(rank) + (data_seed() << 40));
+  fill_batch(rng, rows_per_rank(), x, y);
+}
+
+// The held-out loss: the final model's mean loss on kEvalRows fresh rows of the same teacher,
+// drawn from a stream no training batch uses (the same rows for every scheme and world size).
+inline constexpr std::int64_t kEvalRows = 4096;
+double heldout_loss(nn::Model& model) {
+  nn::Tensor x = nn::Tensor::zeros({kEvalRows, kIn}, nn::DType::kF32, nn::MemoryCategory::kOther);
+  nn::Tensor y = nn::Tensor::zeros({kEvalRows}, nn::DType::kI32, nn::MemoryCategory::kOther);
+  dtl::Rng rng(0x5eed0fe7a1ull + 104729ull * data_seed());
+  fill_batch(rng, kEvalRows, x, y);
+  nn::SoftmaxCrossEntropy ce;
+  return ce.forward(model.forward(x), y);
 }
 
 void train_row(benchmark::State& state, const std::string& row, const std::string& label, const Scheme& scheme) {
@@ -133,8 +168,8 @@ void train_row(benchmark::State& state, const std::string& row, const std::strin
     o.hooks.average = psgd->hook();
   }
   MixedPrecisionTrainer trainer(c, model, o);
-  nn::Tensor x = nn::Tensor::zeros({kBatch, kIn}, nn::DType::kF32, nn::MemoryCategory::kOther);
-  nn::Tensor y = nn::Tensor::zeros({kBatch}, nn::DType::kI32, nn::MemoryCategory::kOther);
+  nn::Tensor x = nn::Tensor::zeros({rows_per_rank(), kIn}, nn::DType::kF32, nn::MemoryCategory::kOther);
+  nn::Tensor y = nn::Tensor::zeros({rows_per_rank()}, nn::DType::kI32, nn::MemoryCategory::kOther);
   Outcome out;
   out.row = row;
   std::vector<double> step_s, comm_s;
@@ -156,6 +191,7 @@ void train_row(benchmark::State& state, const std::string& row, const std::strin
     }
     state.SetIterationTime(dtl::bench::median(step_s) * n);
   }
+  out.eval = heldout_loss(trainer.model());
   out.steady_bytes = psgd ? static_cast<double>(psgd->bytes_per_step()) : out.bytes;
   out.step_ms = dtl::bench::median(step_s) * 1e3;
   out.comm_ms = dtl::bench::median(comm_s) * 1e3;
@@ -176,12 +212,25 @@ void register_rows() {
                                        {"powersgd r2 wu10 it3", Precision::kBF16, 2, 10, 3},
                                        {"powersgd r4 wu10 it3", Precision::kBF16, 4, 10, 3},
                                        {"powersgd r2 wu10 it3 bf16", Precision::kBF16, 2, 10, 3, 0, DType::kBF16},
-                                       {"powersgd r2 wu10 it3 bf16 rs15", Precision::kBF16, 2, 10, 3, 15, DType::kBF16}};
+                                       {"powersgd r2 wu10 it3 bf16 rs15", Precision::kBF16, 2, 10, 3, 15, DType::kBF16},
+                                       {"powersgd r4 wu10 it3 bf16", Precision::kBF16, 4, 10, 3, 0, DType::kBF16}};
+  std::vector<Scheme> all = schemes;
+  // One more row of PowerSGD's options: DTL_POWERSGD_EXTRA=rank,warmup,iterations,reset,bf16 (the
+  // last 1: the exact calls in bf16), e.g. 2,10,3,15,1 is the "bf16 rs15" row again.
+  if (const char* extra = std::getenv("DTL_POWERSGD_EXTRA")) {
+    int r = 0, wu = -1, it = 0, rs = -1, bf = -1;
+    if (std::sscanf(extra, "%d,%d,%d,%d,%d", &r, &wu, &it, &rs, &bf) != 5 || r < 1 || wu < 0 || it < 1 || rs < 0 ||
+        (bf != 0 && bf != 1)) {
+      throw dtl::Error("DTL_POWERSGD_EXTRA is " + std::string(extra) +
+                       "; it must be rank,warmup,iterations,reset,bf16 (rank >= 1, iterations >= 1, bf16 0 or 1)");
+    }
+    all.push_back({std::string("powersgd extra ") + extra, Precision::kBF16, r, wu, it, rs, bf ? DType::kBF16 : DType::kF32});
+  }
   std::vector<std::string> links = {"mpi-half", "1GbE"};
   if (dtl::bench::quick()) links = {"mpi-half"};
   for (const std::string& label : links) {
     const std::string shown = label == "mpi-half" ? label : "emulated " + label;
-    for (const Scheme& s : schemes) {
+    for (const Scheme& s : all) {
       const std::string row = "PowerSGD/" + shown + "/" + s.name;
       benchmark::RegisterBenchmark(row.c_str(), [row, label, s](benchmark::State& st) { train_row(st, row, label, s); })
           ->Iterations(1)
@@ -196,11 +245,13 @@ void print_table() {
   if (outcomes().empty() || comm().rank() != 0) return;
   std::printf("\n# PowerSGD against 16-bit and fp32 averaging: %d ranks, %d steps of the MLP (%lld rows per rank, "
               "fresh inputs each step, teacher labels, data seed %llu), AdamW lr 1e-3, from the same weights.\n",
-              comm().size(), steps(), static_cast<long long>(kBatch), static_cast<unsigned long long>(data_seed()));
+              comm().size(), steps(), static_cast<long long>(rows_per_rank()), static_cast<unsigned long long>(data_seed()));
   std::printf("# bytes: per rank per step, the mean over the run (warm-up included) and after the warm-up; loss: mean of "
-              "the last 10 steps; x fp32: against the fp32 run of the same link.\n");
-  std::printf("%-54s %12s %9s %12s %9s %9s %10s %9s %9s %9s\n", "run", "bytes/step", "x fp32", "steady", "x fp32",
-              "step ms", "average ms", "loss@1", "loss", "x fp32");
+              "the last 10 steps; held-out: the final model on 4096 rows no step trained on; x fp32: against the fp32 run of the "
+              "same link.\n");
+  std::printf("%-54s %12s %9s %12s %9s %9s %10s %9s %9s %9s %9s %9s\n", "run", "bytes/step", "x fp32", "steady", "x fp32",
+              "step ms", "average ms", "loss@1", "loss", "x fp32", "held-out", "x fp32");
+
   std::map<std::string, const Outcome*> fp32;
   for (const Outcome& o : outcomes()) {
     if (o.row.ends_with("/fp32")) fp32[o.row.substr(0, o.row.size() - 5)] = &o;
@@ -208,9 +259,9 @@ void print_table() {
   for (const Outcome& o : outcomes()) {
     const auto it = fp32.find(o.row.substr(0, o.row.rfind('/')));
     const Outcome* base = it == fp32.end() ? &o : it->second;
-    std::printf("%-54s %12.0f %9.3f %12.0f %9.3f %9.2f %10.2f %9.4f %9.4f %9.3f\n", o.row.c_str(), o.bytes,
+    std::printf("%-54s %12.0f %9.3f %12.0f %9.3f %9.2f %10.2f %9.4f %9.4f %9.3f %9.4f %9.3f\n", o.row.c_str(), o.bytes,
                 o.bytes / base->bytes, o.steady_bytes, o.steady_bytes / base->bytes, o.step_ms, o.comm_ms, o.first_loss,
-                o.loss, o.loss / base->loss);
+                o.loss, o.loss / base->loss, o.eval, o.eval / base->eval);
   }
   std::fflush(stdout);
 }

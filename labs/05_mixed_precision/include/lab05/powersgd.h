@@ -65,8 +65,10 @@ namespace dtl::lab05 {
 //
 // The rank: r <= 0 is refused. r > min(n, m) is clamped to min(n, m) per matrix,
 // since one r serves a model whose matrices differ (10 x 512 and 512 x 512);
-// at r = min(n, m) the picture is exact: P spans the mean's column space, and
-// nothing is left out on average (sum_w e_w = 0).
+// at r = min(n, m) the picture is exact while Q has full rank: P spans the mean's
+// column space, and nothing is left out on average (sum_w e_w = 0). (A Q warm-started
+// from a mean of lower rank than r has that lower rank; then error feedback sends
+// the rest later.)
 //
 // Bytes per step, in fp32: sum over compressed matrices of (n + m) r, plus every
 // uncompressed element, times 4 (times PowerSgdOptions::power_iterations for the
@@ -130,9 +132,9 @@ namespace dtl::lab05 {
 //
 // Measured on the benchmark's MLP (bench/RESULTS.md): rank 2, warm-up 10, 3 power
 // iterations, a reset every 15 calls, both in bf16, sends 0.092x fp32's bytes over
-// 150 steps and ends at 1.038x fp32's loss on the mean of four data seeds at 2 ranks
-// (1.050x without resets), 1.046x at 4 ranks (1.040x without): within the metric's
-// noise of about 1.5% either way. An option to study, not a proven fix.
+// 150 steps and ends at 1.047x fp32's loss on the mean of eight data seeds at 2 ranks
+// (1.049x without resets), 1.045x at 4 ranks (1.049x without): no gain beyond the
+// metric's noise (about 2% for one seed). An option to study, not a fix.
 
 /// @brief One gradient seen as a matrix: rows x cols, row-major, in the flat gradient.
 struct MatrixShape {
