@@ -39,9 +39,9 @@ const nn::Tensor& OverlappedRowParallelLinear::forward(const nn::Tensor& x) {
     // | Task F2, sequence parallelism: x is (B, S, in/T) for the whole sequences; return this
     // | rank's tokens of every sequence of y, (B, S/T, out) in cache.y (made above), summed
     // | over the group, plus the bias, as RowParallelLinear's sequence-parallel forward. This
-    // | rank's n rows of y are cut into k chunks of consecutive rows, chunk c being rows
-    // | [c n / k, (c + 1) n / k) (k is chunks_, or n when n is smaller; every rank cuts the
-    // | same way, so the tests know each chunk); chunk c is one reduce-scatter, issued as soon
+    // | rank's n rows of y are cut into k chunks of consecutive rows, as the class's comment
+    // | in lab08/overlapped_linear.h fixes (k is chunks_, or n when n is smaller; every rank
+    // | cuts the same way, so the tests know each chunk); chunk c is one reduce-scatter, issued as soon
     // | as its blocks of the product are computed and before the next chunk's GEMMs begin,
     // | sending from its rows of one staging buffer (ensure_staging()) and receiving in place
     // | into its rows of cache.y; a chunk's rows of x are read only once the chunk before it
