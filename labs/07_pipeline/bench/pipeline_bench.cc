@@ -28,6 +28,8 @@
 //       pipeline cut into v P virtual stages, each sleeping 1/v as long, run by the
 //       given InterleavedStage; v = 1 is 1F1B through the same executor. Bubble
 //       against (P - 1)/(v m + P - 1), and the messages per step it costs.
+//       .../m<2P>/x5: the same with every sleep 5 times as long (as the ZeroBubble
+//       rows), so that each op's fixed cost weighs less against its work.
 //   ZeroBubble/P<P>/<1f1b|zbh1>/m<m>   ZB-H1 (task G) against 1F1B through the same
 //       executor (InterleavedStage, one chunk), emulated compute with t_F = t_B = t_W
 //       (20 ms per batch each: 1F1B's fused backward sleeps 40 ms, ZB-H1's B and W
@@ -298,9 +300,11 @@ int peak_stashed(const std::vector<lab07::Action>& schedule) {
 // kZbBaseline is 1F1B (interleaved_schedule(P, s, m, 1)), kZbH1 zb_h1_schedule().
 enum class RowOrder { kInterleaved, kZbBaseline, kZbH1 };
 
-void interleaved_row(benchmark::State& state, int stages, int chunks, int m, RowOrder order = RowOrder::kInterleaved) {
+// `scale`: every sleep times this (0: 1 for the Interleaved rows, kZeroBubbleScale for the ZeroBubble rows).
+void interleaved_row(benchmark::State& state, int stages, int chunks, int m, RowOrder order = RowOrder::kInterleaved,
+                     double scale = 0.0) {
   const bool zero_bubble = order == RowOrder::kZbH1;
-  const double scale = order == RowOrder::kInterleaved ? 1.0 : kZeroBubbleScale;
+  if (scale == 0.0) scale = order == RowOrder::kInterleaved ? 1.0 : kZeroBubbleScale;
   dtl::Comm sub = dtl::bench::first_ranks(stages);
   std::unique_ptr<lab07::InterleavedStage> stage;
   std::vector<lab07::Action> schedule;
@@ -444,6 +448,17 @@ void register_rows() {
       for (int v : {1, 2}) {
         add("Interleaved/P" + std::to_string(P) + "/v" + std::to_string(v) + "/m" + std::to_string(m),
             [P, v, m](benchmark::State& s) { interleaved_row(s, P, v, m); }, iterations);
+      }
+    }
+    // The same at m = 2P with every sleep kZeroBubbleScale times as long, as the ZeroBubble
+    // rows: each op's fixed cost (a wake-up, a message) weighs 5 times less against its work.
+    if (!quick) {
+      for (int v : {1, 2}) {
+        add("Interleaved/P" + std::to_string(P) + "/v" + std::to_string(v) + "/m" + std::to_string(2 * P) + "/x5",
+            [P, v](benchmark::State& s) {
+              interleaved_row(s, P, v, 2 * P, RowOrder::kInterleaved, kZeroBubbleScale);
+            },
+            iterations);
       }
     }
   }
