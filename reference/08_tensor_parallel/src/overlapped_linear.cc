@@ -39,13 +39,14 @@ const nn::Tensor& OverlappedRowParallelLinear::forward(const nn::Tensor& x) {
     // | Task F2, sequence parallelism: x is (B, S, in/T) for the whole sequences; return this
     // | rank's tokens of every sequence of y, (B, S/T, out) in cache.y (made above), summed
     // | over the group, plus the bias, as RowParallelLinear's sequence-parallel forward. This
-    // | rank's n rows of y are cut into k chunks of consecutive rows, as the class's comment
-    // | in lab08/overlapped_linear.h fixes (k is chunks_, or n when n is smaller; every rank
+    // | rank's n rows of y are cut into k' chunks of consecutive rows, as the class's comment
+    // | in lab08/overlapped_linear.h fixes (k' is chunks_, or n when n is smaller; every rank
     // | cuts the same way, so the tests know each chunk); chunk c is one reduce-scatter, issued as soon
     // | as its blocks of the product are computed and before the next chunk's GEMMs begin,
     // | sending from its rows of one staging buffer (ensure_staging()) and receiving in place
-    // | into its rows of cache.y; a chunk's rows of x are read only once the chunk before it
-    // | is issued (the layout: the class's comment in lab08/overlapped_linear.h;
+    // | into its rows of cache.y; the rows of x a chunk multiplies are read only once the chunk
+    // | before it is issued; all are waited for before the bias is added, once (the layout:
+    // | the class's comment in lab08/overlapped_linear.h;
     // | Note [Overlapping the sequence-parallel reduce-scatter], handout Task F2; the tests
     // | record the chunks, what the staging buffer holds at each issue and when each is waited for).
     const int T = tp_.world_size();

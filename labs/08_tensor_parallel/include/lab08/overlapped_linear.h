@@ -122,12 +122,14 @@ namespace dtl::lab08 {
 /// cut on every rank, so that the tests know each chunk; chunk c is one
 /// reduce-scatter of (e - b) x out elements per rank, issued as soon as its T blocks
 /// are computed and before the next chunk's GEMMs begin; it sends from rows [T b,
-/// T e) of one staging buffer of T n rows (kCommunication; block q, the product rows
-/// that become rank q's rows [b, e), is rows [T b + q (e - b), T b + (q + 1)(e - b)))
-/// and receives in place into rows [b, e) of y; none is waited for before the next
-/// chunk's is issued, and a chunk's rows of x are read only once the chunk before it
-/// is issued (as above: the tests change them). Backward (given): one all-gather of dy; db covers this rank's
-/// tokens only, as RowParallelLinear's.
+/// T e) of one staging buffer of (T n, out) in x's dtype (ensure_staging(),
+/// kCommunication; block q, the product rows that become rank q's rows [b, e), is
+/// rows [T b + q (e - b), T b + (q + 1)(e - b))) and receives in place into rows
+/// [b, e) of y; none is waited for before the next chunk's is issued, and the rows
+/// of x that any of a chunk's T blocks multiply are read only once the chunk before
+/// it is issued (as above: the tests change them). All are waited for before the
+/// bias is added, once. Backward (given): one all-gather of dy; db covers this
+/// rank's tokens only, as RowParallelLinear's.
 ///
 /// Collective over `tp` in forward (and, with sequence parallelism, in backward):
 /// every rank of the group calls it together, with the same N (or B and S) and k.
