@@ -53,7 +53,9 @@ class PerfItem:
     guard]); a clear result ends it after `early_runs` pairs (Note [Early
     stop]). The item runs at `ranks` ranks when the grader has a core for each,
     else at the largest of `ranks_allowed` (default: only `ranks`) that fits, else
-    it is not gradable there (perf.fit_ranks())."""
+    it is not gradable there (perf.fit_ranks()). A run of a `timed` item whose
+    ranks waited for a CPU too long is void (perf.py, Note [Ranks kept from
+    their cores])."""
     name: str
     points: float
     bench: str                 # benchmark row, e.g. "RingShift/4 MiB"
@@ -67,6 +69,9 @@ class PerfItem:
     ranks_allowed: list[int] = field(default_factory=list)  # rank counts that measure the same thing
     max_runs: int = 0          # most pairs when the machine is noisy; 0: 2 * runs
     early_runs: int = 0        # pairs after which a clear result stops early (perf.early_verdict()); 0: runs
+    timed: bool = True         # the counter is a time; false for one no scheduler can change (bytes held):
+                               # then ranks kept from their cores do not void a run (perf.py, Note [Ranks
+                               # kept from their cores])
 
     def __post_init__(self):
         self.ranks_allowed = sorted(set(self.ranks_allowed) | {self.ranks})

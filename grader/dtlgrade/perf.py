@@ -12,8 +12,10 @@ one row, which repeats the row REPETITIONS times and gives their median). The
 submission's ratio in a pair is its value over the geometric mean of the two
 reference runs around it; the two reference runs, the reference
 against itself, measure the machine's noise. judge() decides from both; see
-Note [Noise guard]. A noisy machine can only make an item "too noisy to grade
-speed here" (out of the total), never cost the submission points. Pairs that
+Note [Noise guard]. A run whose ranks waited for a CPU too long (another
+process held the cores) is void and leaves the item out at once (Note [Ranks
+kept from their cores]). A noisy machine can only make an item "too noisy to
+grade speed here" (out of the total), never cost the submission points. Pairs that
 already decide end the measuring early (Note [Early stop]); the report gives
 the median ratio with its interval (median_interval()).
 
@@ -31,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -211,6 +214,126 @@ def row_value(rows: list[dict], item: PerfItem) -> tuple[float | None, str]:
     return statistics.median_low(values), ""
 
 
+# Note [Ranks kept from their cores]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# fit_ranks() gives every rank a core of its own on paper: it counts the cores
+# in the grader's affinity mask and quota. Another process can still take them.
+# The grader's test saw it on a 2-core CI machine: its spinning process got 94%
+# of one core, so the two ranks shared the other, and a ring shift with 60
+# extra copies of its 4 MiB message measured 1.12 of the reference, with pairs
+# as steady as the reference's own (0.71 to 1.14): full points, and no noise to
+# see. Reproduced here with both ranks on one core: MPI_Sendrecv of 4 MiB took
+# 350 ms instead of 1 (each fragment waits for the scheduler to switch ranks),
+# every iteration alike, and that ring shift, 27x slower on its own cores,
+# measured 1.10, by the median or by the minimum over iterations. No statistic
+# recovers the code's speed from such runs, so the grader measures what the
+# ranks were denied rather than guess it from the times.
+#
+# The kernel counts, for every thread, the time it was ready to run and waited
+# for a CPU (the second field of /proc/PID/schedstat, the run delay); sleeping
+# or blocking in a system call is not waiting. RankWaits samples it for the
+# benchmark's processes (descendants of the grader with the binary's name: the
+# ranks' main threads) while a run goes on. A run is void when a rank waited
+# for more than MAX_CPU_WAIT of its time after start-up: the ranks did not each
+# have a core, so the item is "too noisy to grade speed here" at once, out of
+# the total, for the reference and the submission alike, whichever run it was.
+# Items whose counter no scheduler changes (bytes) say `timed = false`.
+#
+# Measured (the reference's speed rows of labs 01 and 03-08, 2 cores, 3 runs
+# each): on a quiet machine the ranks waited at most 12% (lab 03, whose ranks'
+# progress threads share their cores; labs 04-06, which sleep on an emulated
+# link, 0.5-3%); with the tests' spinner beside them (UNDER_LOAD, 84-96% of a
+# core), 34-67% in the rows that compute or poll (labs 01, 03, 07, 08: lab 07's
+# step took 2.3x as long) and 4-7% in those that sleep (labs 04, 06: ratios as
+# on a quiet machine, so they are still graded). MAX_CPU_WAIT lies between.
+
+MAX_CPU_WAIT = 0.2       # of a rank's time after its start-up: more, and the run timed the scheduler
+STARTUP_SECONDS = 0.1    # a rank's first moments (MPI_Init, beside mpirun and its sibling starting), not counted
+WAIT_SAMPLE_SECONDS = 0.05
+
+
+class KeptFromCores(Exception):
+    """A benchmark run whose ranks waited for a CPU too long to measure anything
+    (Note [Ranks kept from their cores]); the message says how long."""
+
+
+class RankWaits:
+    """Samples the run delay of the processes named `name` that descend from this
+    one, every WAIT_SAMPLE_SECONDS on a thread of its own, while the `with` block
+    runs (Note [Ranks kept from their cores])."""
+
+    def __init__(self, name: str, ranks: int | None = None, proc: Path = Path("/proc")):
+        self.comm = name[:15]  # the kernel keeps 15 characters of a process's name
+        self.ranks = ranks     # once this many are seen, only they are read (a look at every process costs ~1 ms)
+        self.proc = proc
+        # pid -> (first seen, (time, wait) at the window's start, (time, wait) last seen), seconds
+        self.seen: dict[int, tuple[float, tuple[float, float] | None, tuple[float, float] | None]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "RankWaits":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            self.sample()
+            if self._stop.wait(WAIT_SAMPLE_SECONDS):
+                return
+
+    def sample(self) -> None:
+        """One reading of every rank's wait (the ranks found by _find() until
+        `ranks` of them are seen, then only those read)."""
+        found = self.ranks is not None and len(self.seen) >= self.ranks
+        for pid in list(self.seen) if found else self._find():
+            try:
+                wait = int((self.proc / str(pid) / "schedstat").read_text().split()[1]) / 1e9  # ns
+            except (OSError, ValueError, IndexError):
+                continue  # gone
+            now = time.monotonic()
+            first, start, _ = self.seen.get(pid, (now, None, None))
+            if start is None and now - first >= STARTUP_SECONDS:
+                start = (now, wait)
+            self.seen[pid] = (first, start, (now, wait) if start is not None else None)
+
+    def _find(self) -> list[int]:
+        """The processes named like the benchmark that descend from this one."""
+        parents, names = {}, {}
+        for stat in self.proc.glob("[0-9]*/stat"):
+            try:
+                head, rest = stat.read_text().rsplit(")", 1)
+                pid = int(stat.parent.name)
+                parents[pid], names[pid] = int(rest.split()[1]), head.split("(", 1)[1]
+            except (OSError, ValueError, IndexError):
+                continue
+        me = os.getpid()
+        return [pid for pid, name in names.items() if name == self.comm and descends(pid, me, parents)]
+
+    def worst(self, min_seconds: float = 0.1) -> tuple[float, float]:
+        """(the largest share of its time after start-up that a rank waited for a
+        CPU, the seconds that share is of), over the ranks seen for at least
+        `min_seconds` after their start-up; (0, 0) when none was."""
+        shares = [((last[1] - start[1]) / (last[0] - start[0]), last[0] - start[0])
+                  for _, start, last in self.seen.values()
+                  if start is not None and last[0] - start[0] >= min_seconds]
+        return max(shares, default=(0.0, 0.0))
+
+
+def descends(pid: int, ancestor: int, parents: dict[int, int]) -> bool:
+    """Whether `ancestor` is above `pid` in `parents` (pid -> its parent's pid)."""
+    for _ in range(64):
+        pid = parents.get(pid, 0)
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+    return False
+
+
 def bench_value(binary: Path, item: PerfItem, ranks: int, work: Path, log) -> tuple[float | None, str]:
     """One run of one benchmark row at `ranks` ranks, REPETITIONS times over; returns
     (the counter's value, or None, and why not). The value comes from the row's
@@ -225,9 +348,18 @@ def bench_value(binary: Path, item: PerfItem, ranks: int, work: Path, log) -> tu
     args = ["--oversubscribe", "--bind-to", "none", "--mca", "pml", "ob1", "-n", str(ranks), str(binary),
             f"--benchmark_filter=^{row}(/|$)", f"--benchmark_repetitions={REPETITIONS}",
             "--dtl_quick"]  # fewer iterations per repetition; the repetitions and the runs add up
-    with handover:
+    with handover, RankWaits(binary.name, ranks) as waits:
         run = run_mpi(args, run_dir, 120, dict(DTL_PROGRESS_FILE=str(records), **handover.env()))
     log(run.output)
+    wait, seconds = waits.worst()
+    log(f"cpu wait: the ranks waited for a CPU at most {wait:.1%} of the {seconds:.2f} s a rank was seen "
+        f"({len(waits.seen)} rank(s) seen)\n")
+    if wait > MAX_CPU_WAIT and item.timed:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise KeptFromCores(
+            f"a rank of {binary.name} waited for a CPU {wait:.0%} of its {seconds:.1f} s (more than "
+            f"{MAX_CPU_WAIT:.0%}): another process held the cores, so the run timed the scheduler, not the "
+            f"code (Note [Ranks kept from their cores])")
     rows, untrusted = read_records(records, handover.key)
     shutil.rmtree(run_dir, ignore_errors=True)
     if untrusted is not None:
@@ -366,7 +498,14 @@ def score_perf(item: PerfItem, ranks: int, student: Path, reference: Path, work:
     while True:
         got = []
         for who, binary in (("reference", reference), ("submission", student), ("reference", reference)):
-            value, why = measure(binary, item, ranks, work, log)
+            try:
+                value, why = measure(binary, item, ranks, work, log)
+            except KeptFromCores as kept:
+                return PerfResult(0.0, TOO_NOISY, (
+                    f"{TOO_NOISY}: not gradable on this machine now, left out of the total (not 0, not full marks). "
+                    f"In pair {len(pairs.ratios) + 1}, the {who}'s run: {kept}. Grade again on a quieter machine."
+                    + "".join("\n" + line for line in lines)), dict(verdict="kept from cores", pairs=len(pairs.ratios),
+                                                                   ranks=ranks))
             if value is not None and value <= 0 and who == "reference":
                 value, why = None, f"{item.bench}: {item.counter} = {value:g}, nothing to divide by"
             if value is None and who == "reference":

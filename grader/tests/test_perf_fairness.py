@@ -16,6 +16,10 @@
   at fewer pairs; a close call still gets the whole measurement;
 - one run's value: the median of the row's repetitions, Google Benchmark's
   aggregate rows left aside; the interval of the median ratio;
+- ranks kept from their cores (Note [Ranks kept from their cores]): the run
+  delay of real processes (two busy ones sharing a CPU wait half the time,
+  sleeping ones not at all), a run whose ranks waited too long is void unless
+  its item counts bytes, and a void run leaves the item out at once;
 - what a speed row reports: the ratio with its interval and the spread in the
   printed table and in results.json (extra_data), no Gradescope status when too
   noisy.
@@ -38,6 +42,7 @@ import helpers  # noqa: E402,F401  (puts grader/ on sys.path)
 
 from dtlgrade import perf  # noqa: E402
 from dtlgrade.lab import Lab, PerfItem  # noqa: E402
+from dtlgrade.process import RunResult  # noqa: E402
 from dtlgrade.report import print_table, test_entry  # noqa: E402
 
 
@@ -394,6 +399,102 @@ class TestOneRun(unittest.TestCase):
         self.assertEqual((low, high), (2.0, 9.0))  # the 2nd lowest and highest of 10: 97.9%
         self.assertAlmostEqual(coverage, 1 - 2 * 11 / 1024)
         self.assertEqual(perf.median_interval([1.5]), (1.5, 1.5, 0.0))
+
+
+class TestKeptFromCores(unittest.TestCase):
+    """Note [Ranks kept from their cores]: the run delay of real processes, and what
+    a run whose ranks waited too long does to the item. The fake ranks are python3
+    started through a link named like a benchmark (the kernel names a process after
+    the file it ran)."""
+
+    BUSY = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass"
+    SLEEPY = "import time\ntime.sleep({seconds})"
+
+    def setUp(self):
+        self.folder = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, self.folder, True)
+        self.binary = self.folder / "lab99_fakebench"
+        self.binary.symlink_to(sys.executable)
+
+    def start(self, code: str, seconds: float, cpu: int | None) -> subprocess.Popen:
+        pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
+        return subprocess.Popen([str(self.binary), "-c", code.format(seconds=seconds)], preexec_fn=pin)
+
+    def waits(self, code: str, count: int, seconds: float = 0.8) -> perf.RankWaits:
+        cpu = min(os.sched_getaffinity(0))
+        with perf.RankWaits(self.binary.name, ranks=count) as waits:
+            procs = [self.start(code, seconds, cpu) for _ in range(count)]
+            for proc in procs:
+                proc.wait()
+        return waits
+
+    def test_two_busy_ranks_on_one_cpu_wait_half_the_time(self):
+        waits = self.waits(self.BUSY, 2)
+        self.assertEqual(len(waits.seen), 2)
+        share, seconds = waits.worst()
+        self.assertGreater(share, 0.35)  # 0.5 on a quiet machine, more beside other work
+        self.assertGreaterEqual(seconds, 0.3)
+
+    def test_sleeping_is_not_waiting(self):
+        share, seconds = self.waits(self.SLEEPY, 2).worst()
+        self.assertLess(share, 0.1)
+        self.assertGreaterEqual(seconds, 0.3)
+
+    def test_other_processes_and_the_start_up_are_left_out(self):
+        waits = perf.RankWaits("lab99_otherbench")
+        with waits:
+            self.start(self.BUSY, 0.3, None).wait()
+        self.assertEqual(waits.seen, {})
+        # Seen only in its first STARTUP_SECONDS: nothing to judge.
+        self.assertEqual(self.waits(self.BUSY, 2, seconds=perf.STARTUP_SECONDS / 4).worst(), (0.0, 0.0))
+
+    def fake_run(self, code: str):
+        def run_mpi(args, cwd, limit, env=None, on_timeout=None):
+            cpu = min(os.sched_getaffinity(0))
+            procs = [self.start(code, 0.8, cpu) for _ in range(2)]
+            for proc in procs:
+                proc.wait()
+            return RunResult(0, "", 0.8)
+        return run_mpi
+
+    def bench_value(self, code: str, timed: bool = True):
+        saved = perf.run_mpi
+        perf.run_mpi = self.fake_run(code)
+        try:
+            lines = []
+            return perf.bench_value(self.binary, item(timed=timed), 2, self.folder, lines.append), "".join(lines)
+        finally:
+            perf.run_mpi = saved
+
+    def test_a_run_of_ranks_sharing_a_core_is_void(self):
+        with self.assertRaisesRegex(perf.KeptFromCores, r"a rank of lab99_fakebench waited for a CPU \d+% of"):
+            self.bench_value(self.BUSY)
+
+    def test_ranks_that_sleep_or_count_bytes_are_measured(self):
+        (value, why), log = self.bench_value(self.SLEEPY)
+        self.assertIsNone(value)
+        self.assertIn("no result", why)  # the fake ranks wrote no rows; nothing voided the run
+        self.assertRegex(log, r"cpu wait: the ranks waited for a CPU at most \d+\.\d% of the")
+        (value, why), _ = self.bench_value(self.BUSY, timed=False)
+        self.assertIn("no result", why)
+
+    def test_a_void_run_leaves_the_item_out_at_once(self):
+        fake = FakeBench(reference=[1.0, 1.0, 1.0, 1.0], submission=[1.0, 1.0])
+        calls = []
+
+        def measure(binary, it, ranks, work, log):
+            calls.append(binary)
+            if len(calls) == 5:  # pair 2, the submission's run
+                raise perf.KeptFromCores("a rank of lab99_bench waited for a CPU 51% of its 2.0 s")
+            return fake(binary, it, ranks, work, log)
+
+        result = perf.score_perf(item(), 2, Path("student"), Path("reference"), self.folder, lambda s: None,
+                                 measure=measure)
+        self.assertEqual(len(calls), 5)
+        self.assertEqual((result.status, result.score), (perf.TOO_NOISY, 0.0))
+        self.assertEqual(result.details["verdict"], "kept from cores")
+        self.assertIn("In pair 2, the submission's run: a rank of lab99_bench waited for a CPU 51%", result.output)
+        self.assertIn("pair 1: reference 1.000, submission 1.000", result.output)
 
 
 class TestReported(unittest.TestCase):

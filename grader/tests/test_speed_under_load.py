@@ -12,8 +12,9 @@ classes' speed items too, and this class could not share the machine).
   reference's ring shift, then 30 copies of the message: test_perf.py's), which
   must still lose speed points there (measured, above full_at; all 5 only where
   the load leaves the ratio above zero_at), or be left out as too noisy
-  (perf.py's Note [Noise guard]), never given full points, and keep every
-  other point. A lab
+  (perf.py's Note [Noise guard]) or because its ranks waited for a CPU too
+  long (Note [Ranks kept from their cores]), never given full points, and keep
+  every other point. A lab
   whose every speed item needs more cores than this machine has is not graded
   here (its reference would score the same with or without the load:
   test_lab02_reference_skeleton.py grades it).
@@ -89,7 +90,10 @@ class TestSpeedUnderLoad(helpers.GraderAssertions, unittest.TestCase):
         # given full points (Note [Noise guard]): "too noisy" at once when its median
         # came out at or below full_at with the interval of that median reaching zero_at
         # (once: 1.19, pairs 0.32 to 6.91), or "unclear" after max_runs pairs whose
-        # median stayed within what the reference's own spread explains.
+        # median stayed within what the reference's own spread explains, or "kept from
+        # cores" at once when a rank waited for a CPU too long (Note [Ranks kept from
+        # their cores]: on the CI machine the spinner took 94% of a core, and the two
+        # ranks time-sliced on the other measured this submission at 1.12, full points).
         slow = graded["slow"]
         self.assertGradescopeJson(slow)
         (speed,) = slow.items("perf")
@@ -97,7 +101,9 @@ class TestSpeedUnderLoad(helpers.GraderAssertions, unittest.TestCase):
         (rubric_item,) = load_lab("01", []).perf
         if helpers.speed_left_out(speed):
             verdict = speed["extra_data"]["verdict"]
-            self.assertIn(verdict, ("too noisy", "unclear"), speed["output"])
+            self.assertIn(verdict, ("too noisy", "unclear", "kept from cores"), speed["output"])
+            if verdict == "kept from cores":
+                self.assertRegex(speed["output"], r"a rank of \S+ waited for a CPU \d+% of")
             if verdict == "too noisy":
                 self.assertLessEqual(speed["extra_data"]["ratio"], rubric_item.full_at, speed["output"])
                 self.assertGreaterEqual(speed["extra_data"]["interval"][1], rubric_item.zero_at, speed["output"])
