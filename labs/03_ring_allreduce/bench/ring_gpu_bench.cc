@@ -28,6 +28,9 @@
 //                            2.30+ with NCCL_MULTI_RANK_GPU_ENABLE=1); otherwise the
 //                            vendor column is empty and a line says why. #wrong
 //                            checked once against the closed-form sum, before timing.
+//   GpuIpcRingFlags/<size>   the same with task G2's step flags (IpcSync::kFlags): the
+//                            streams wait on the neighbours' flags, the host queues the
+//                            call and synchronizes its stream once; the same columns.
 // Single-GPU rows run on rank 0 only (the other ranks would share its GPU and
 // disturb it); rank 0 broadcasts each sample so that every rank records it.
 // Footprints: every row rotates through enough buffer sets to touch at least
@@ -276,14 +279,14 @@ struct Placement {
 };
 Placement g_place;
 
-void ipc_ring_row(benchmark::State& state, std::size_t bytes) {
+void ipc_ring_row(benchmark::State& state, std::size_t bytes, lab::IpcSync sync) {
   const std::size_t count = bytes / sizeof(float);
   const int p = comm().size();
   lab::IpcRing<float> ring(comm(), count, g_place.device);
   // Correctness once, before timing (the first GPU run timed a ring whose sums
   // were wrong): every rank's buffer holds the closed-form sum of fill()'s values.
   fill(ring.data(), count, comm().rank(), ring.stream());
-  ring.allreduce(true);
+  ring.allreduce(true, sync);
   double wrong = 0;
   {
     const std::vector<float> got = dtl::cuda::download(ring.data(), count, ring.stream());
@@ -296,7 +299,12 @@ void ipc_ring_row(benchmark::State& state, std::size_t bytes) {
   DTL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_DOUBLE, MPI_SUM, comm()));
   fill(ring.data(), count, comm().rank(), ring.stream());
   dtl::bench::PairedTimer timer;
-  const auto run_ring = [&] { ring.allreduce(true); };  // ends with a barrier: all ranks done
+  const auto run_ring = [&] {
+    ring.allreduce(true, sync);  // task G: ends with an agreement, all ranks done
+    // Task G2 returns once queued; its stream is done once the neighbours' last
+    // steps are (its exit waits), and the timer takes the slowest rank.
+    if (sync == lab::IpcSync::kFlags) DTL_CUDA_CHECK(cudaStreamSynchronize(ring.stream()));
+  };
 #if DTL_HAVE_NCCL
   std::optional<dtl::NcclComm> nccl;
   DeviceBuffer nccl_buf;
@@ -412,7 +420,11 @@ void register_rows() {
   for (std::size_t bytes : sizes) {
     if (bytes > 256 * kMiB) continue;
     benchmark::RegisterBenchmark(("GpuIpcRing/" + dtl::format_bytes(bytes)).c_str(),
-                                 [bytes](benchmark::State& st) { ipc_ring_row(st, bytes); })
+                                 [bytes](benchmark::State& st) { ipc_ring_row(st, bytes, lab::IpcSync::kHost); })
+        ->Iterations(iters)
+        ->UseManualTime();
+    benchmark::RegisterBenchmark(("GpuIpcRingFlags/" + dtl::format_bytes(bytes)).c_str(),
+                                 [bytes](benchmark::State& st) { ipc_ring_row(st, bytes, lab::IpcSync::kFlags); })
         ->Iterations(iters)
         ->UseManualTime();
   }

@@ -14,13 +14,22 @@
 // This file sets the ring up (export, exchange and map the handles), tears it
 // down in the only safe order, and runs task G's loop (src/ipc_ring.h) with a
 // CUDA stream: launch = the reduce-copy kernel, wait = cudaStreamSynchronize.
+// Task G2's loop adds signal = cuStreamWriteValue64 on this rank's step flag and
+// wait_for = cuStreamWaitValue64 on a neighbour's. The flag is a 64-bit word in
+// the same allocation as the buffer, after it, so the one IPC mapping carries
+// both. The two driver calls are looked up at run time
+// (cudaGetDriverEntryPointByVersion), so nothing links libcuda: the CPU tests'
+// binaries load on machines without a driver.
 //
 // Every step that can fail on one rank alone is followed by agree(), so that all
 // ranks throw together instead of some of them waiting forever in the next
 // collective.
 #if DTL_LAB_HAS_CUDA
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -32,13 +41,78 @@
 namespace dtl::lab03 {
 namespace {
 
-// Task G's stream on a GPU: kernels queued on a CUDA stream, and a host wait.
+// The driver's stream memory operations, found once (none where there is no driver).
+struct StreamMemOps {
+  PFN_cuStreamWriteValue64_v11070 write = nullptr;
+  PFN_cuStreamWaitValue64_v11070 wait = nullptr;
+  std::string why_not;  // empty when both were found and the device supports them
+};
+
+StreamMemOps find_stream_mem_ops(int device) {
+  StreamMemOps ops;
+  cudaDriverEntryPointQueryResult found{};
+  void* write = nullptr;
+  void* wait = nullptr;
+  void* attribute = nullptr;
+  if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", &write, 11070, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess ||
+      cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &wait, 11070, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess ||
+      cudaGetDriverEntryPointByVersion("cuDeviceGetAttribute", &attribute, 2000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();  // a failed lookup is not an error of the next CUDA call
+    ops.why_not = "the CUDA driver does not provide cuStreamWriteValue64/cuStreamWaitValue64";
+    return ops;
+  }
+  int supported = 0;
+  const auto get = reinterpret_cast<PFN_cuDeviceGetAttribute_v2000>(attribute);
+  if (get(&supported, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, device) != CUDA_SUCCESS || !supported) {
+    ops.why_not = "device " + std::to_string(device) + " does not support 64-bit stream memory operations";
+    return ops;
+  }
+  ops.write = reinterpret_cast<PFN_cuStreamWriteValue64_v11070>(write);
+  ops.wait = reinterpret_cast<PFN_cuStreamWaitValue64_v11070>(wait);
+  return ops;
+}
+
+void check(CUresult rc, const char* what) {
+  if (rc != CUDA_SUCCESS) throw Error(std::string(what) + " failed (CUresult " + std::to_string(rc) + ")");
+}
+
+// Task G's stream on a GPU: kernels queued on a CUDA stream, and a host wait;
+// task G2's step flags as stream memory operations on it.
 template <GpuElement T>
 struct CudaStreamOps {
   cudaStream_t stream;
+  const StreamMemOps* mem = nullptr;  // task G2 only
+  std::uint64_t* mine = nullptr;      // this rank's flag (device memory)
+  std::uint64_t* left = nullptr;      // the neighbours' flags, through the IPC mappings
+  std::uint64_t* right = nullptr;
   void launch(const ReduceCopyArgs<T>& args) { reduce_copy(args, stream); }
   void wait() { DTL_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+  // The write comes after a memory fence scoped to the stream: the kernels before
+  // it are done and their writes visible first.
+  void signal(std::uint64_t value) {
+    check(mem->write(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(mine), value,
+                     CU_STREAM_WRITE_VALUE_DEFAULT),
+          "cuStreamWriteValue64 (step flag)");
+  }
+  void wait_for(Neighbour side, std::uint64_t value) {
+    check(mem->wait(reinterpret_cast<CUstream>(stream),
+                    reinterpret_cast<CUdeviceptr>(side == Neighbour::kLeft ? left : right), value,
+                    CU_STREAM_WAIT_VALUE_GEQ),
+          "cuStreamWaitValue64 (a neighbour's step flag)");
+  }
 };
+
+// A flag in a ring allocation of `count` elements of T (flag_offset()).
+template <typename T>
+std::uint64_t* flag_in(void* buffer, std::size_t count) {
+  return reinterpret_cast<std::uint64_t*>(static_cast<std::byte*>(buffer) + flag_offset(count, sizeof(T)));
+}
 
 // Opens a peer's handle; returns the peer's buffer as seen from this process.
 template <typename T>
@@ -63,7 +137,10 @@ IpcRing<T>::IpcRing(MPI_Comm comm, std::size_t count, int device) : comm_(comm),
   try {
     DTL_CUDA_CHECK(cudaSetDevice(device));
     stream_.emplace();
-    buf_ = cuda::DeviceBuffer(count * sizeof(T));
+    // The buffer, then the step flag (task G2), zero before any peer can read it.
+    buf_ = cuda::DeviceBuffer(flag_offset(count, sizeof(T)) + sizeof(std::uint64_t));
+    DTL_CUDA_CHECK(cudaMemset(flag_in<T>(buf_.data(), count), 0, sizeof(std::uint64_t)));
+    DTL_CUDA_CHECK(cudaDeviceSynchronize());
     if (world_size_ > 1 && count > 0) {
       DTL_CUDA_CHECK(cudaIpcGetMemHandle(&handles[static_cast<std::size_t>(rank_)], buf_.data()));
     }
@@ -105,11 +182,24 @@ IpcRing<T>::~IpcRing() {
 }
 
 template <GpuElement T>
-void IpcRing<T>::allreduce(bool fuse) {
+void IpcRing<T>::allreduce(bool fuse, IpcSync sync) {
   if (world_size_ == 1 || count_ == 0) return;
   DTL_CUDA_CHECK(cudaSetDevice(device_));
   CudaStreamOps<T> ops{stream()};
-  detail::run_ipc_ring(comm_, rank_, world_size_, count_, fuse, data(), left_, right_, ops);
+  if (sync == IpcSync::kHost) {
+    detail::run_ipc_ring(comm_, rank_, world_size_, count_, fuse, data(), left_, right_, ops);
+    return;
+  }
+  static const StreamMemOps mem = find_stream_mem_ops(device_);
+  if (calls_ == 0) {  // once per ring: every rank can, or all throw
+    const std::string failure = mem.why_not.empty() ? "" : "IpcRing::allreduce(IpcSync::kFlags): " + mem.why_not;
+    agree(comm_, failure, "IpcRing::allreduce(IpcSync::kFlags): another rank's GPU has no stream memory operations");
+  }
+  ops.mem = &mem;
+  ops.mine = flag_in<T>(buf_.data(), count_);
+  ops.left = flag_in<T>(left_, count_);
+  ops.right = flag_in<T>(right_, count_);
+  detail::run_ipc_ring_flags(comm_, rank_, world_size_, count_, fuse, data(), left_, right_, ops, calls_++);
 }
 
 template class IpcRing<float>;

@@ -10,8 +10,14 @@
 //   - a stream: one host thread per rank runs the queued work in order, after
 //     the host returned, as a CUDA stream runs kernels; wait() is
 //     cudaStreamSynchronize. A HostDelay makes some ranks' streams lag, so that
-//     a loop that does not wait where it must reads too early every time.
-// Task G's loop (src/ipc_ring.h) runs unchanged on top.
+//     a loop that does not wait where it must reads too early every time;
+//   - task G2's step flags (cuStreamWriteValue64 / cuStreamWaitValue64 on a
+//     GPU): a 64-bit word after each rank's buffer in its segment; signal() is
+//     an atomic store by the stream's thread, wait_for() a spin of that thread
+//     on the neighbour's word (yielding, and failing after kFlagWaitLimit with
+//     what it waited for: a loop that waits for a stage no one signals is a
+//     deadlock, and is reported as one).
+// Task G's and G2's loops (src/ipc_ring.h) run unchanged on top.
 //
 // Memory ordering between processes: the window is opened for passive access
 // once (MPI_Win_lock_all) and MPI_Win_sync is a memory barrier on it. wait()
@@ -21,7 +27,9 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -39,6 +47,11 @@
 namespace dtl::lab03 {
 namespace {
 
+// How long a stream's wait_for() spins before it gives up: far beyond any step of
+// the tests (their slow ranks lag 15 ms a piece), short enough to report a
+// deadlock within a test's time limit.
+constexpr std::chrono::seconds kFlagWaitLimit{30};
+
 // A worker thread that runs queued work in order; each piece starts `delay`
 // after the thread takes it. The first exception is kept and rethrown by wait().
 class HostWorker {
@@ -55,10 +68,12 @@ class HostWorker {
   HostWorker(const HostWorker&) = delete;
   HostWorker& operator=(const HostWorker&) = delete;
 
-  void enqueue(std::function<void()> work) {
+  // Queues `work`; `delayed`: it starts `delay` after the thread takes it (data
+  // movement), else at once (a flag's signal or wait).
+  void enqueue(std::function<void()> work, bool delayed = true) {
     {
       std::lock_guard lock(mutex_);
-      queue_.push_back(std::move(work));
+      queue_.push_back({std::move(work), delayed});
     }
     changed_.notify_all();
   }
@@ -76,14 +91,14 @@ class HostWorker {
     for (;;) {
       changed_.wait(lock, [this] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stop_, nothing left
-      std::function<void()> work = std::move(queue_.front());
+      Piece piece = std::move(queue_.front());
       queue_.pop_front();
       busy_ = true;
       lock.unlock();
-      if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
+      if (piece.delayed && delay_.count() > 0) std::this_thread::sleep_for(delay_);
       std::string failed;
       try {
-        work();
+        piece.work();
       } catch (const std::exception& e) {
         failed = e.what();
       }
@@ -94,10 +109,14 @@ class HostWorker {
     }
   }
 
+  struct Piece {
+    std::function<void()> work;
+    bool delayed;
+  };
   std::chrono::microseconds delay_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<std::function<void()>> queue_;
+  std::deque<Piece> queue_;
   bool busy_ = false;
   bool stop_ = false;
   std::string failure_;
@@ -107,12 +126,20 @@ class HostWorker {
 }  // namespace
 
 // Task G's stream on a CPU: launch() queues the kernel's per-thread work, run for
-// every simulated thread, on the worker; wait() waits for the worker.
+// every simulated thread, on the worker; wait() waits for the worker. Task G2's
+// signal() and wait_for() are queued on the same worker.
 template <GpuElement T>
 class IpcRingHost<T>::Stream {
  public:
-  Stream(MPI_Win window, std::size_t host_threads, std::chrono::microseconds delay)
-      : window_(window), host_threads_(host_threads), worker_(delay) {}
+  // The step flags: this rank's, and its neighbours' (names for wait_for()'s message).
+  struct Flags {
+    std::uint64_t* mine;
+    std::uint64_t* left;
+    std::uint64_t* right;
+    int left_rank, right_rank;
+  };
+  Stream(MPI_Win window, std::size_t host_threads, std::chrono::microseconds delay, Flags flags)
+      : window_(window), host_threads_(host_threads), flags_(flags), worker_(delay) {}
 
   void launch(const ReduceCopyArgs<T>& args) {
     DTL_MPI_CHECK(MPI_Win_sync(window_));
@@ -124,14 +151,50 @@ class IpcRingHost<T>::Stream {
   void copy(T* dst, std::vector<T> values) {
     worker_.enqueue([dst, values = std::move(values)] { std::copy(values.begin(), values.end(), dst); });
   }
+  void copy_out(T* dst, const T* src, std::size_t count) {
+    worker_.enqueue([dst, src, count] { std::copy(src, src + count, dst); });
+  }
   void wait() {
     worker_.wait();
     DTL_MPI_CHECK(MPI_Win_sync(window_));
+  }
+  // Release: the work queued before (this thread ran it) is visible to whoever
+  // reads this value with acquire.
+  void signal(std::uint64_t value) {
+    worker_.enqueue([flag = flags_.mine, value] { std::atomic_ref(*flag).store(value, std::memory_order_release); },
+                    false);
+  }
+  void wait_for(Neighbour side, std::uint64_t value) {
+    const bool left = side == Neighbour::kLeft;
+    std::uint64_t* flag = left ? flags_.left : flags_.right;
+    const std::string who = std::string(left ? "left" : "right") + " neighbour (rank " +
+                            std::to_string(left ? flags_.left_rank : flags_.right_rank) + ")";
+    worker_.enqueue(
+        [flag, value, who] {
+          const auto reached = [&] {
+            return static_cast<std::int64_t>(std::atomic_ref(*flag).load(std::memory_order_acquire) - value) >= 0;
+          };
+          const auto deadline = std::chrono::steady_clock::now() + kFlagWaitLimit;
+          for (int spins = 0; !reached(); ++spins) {
+            // Yield at first, then sleep: more ranks than cores must not starve the
+            // neighbour this thread waits for.
+            if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+            if (std::chrono::steady_clock::now() > deadline) {
+              throw Error("IpcRingHost stream: waited " + std::to_string(kFlagWaitLimit.count()) + " s for the " +
+                          who + "'s flag to reach " + std::to_string(value) + "; it is at " +
+                          std::to_string(std::atomic_ref(*flag).load()) +
+                          " (a deadlock: no one signals what this stream waits for)");
+            }
+            std::this_thread::yield();
+          }
+        },
+        false);
   }
 
  private:
   MPI_Win window_;
   std::size_t host_threads_;
+  Flags flags_;
   HostWorker worker_;
 };
 
@@ -157,9 +220,11 @@ IpcRingHost<T>::IpcRingHost(MPI_Comm comm, std::size_t count, HostDelay delay, s
   MPI_Info info = MPI_INFO_NULL;
   MPI_Info_create(&info);
   MPI_Info_set(info, "alloc_shared_noncontig", "true");
+  // The buffer, then the step flag (task G2) on a 256-byte boundary.
+  const std::size_t flag_at = flag_offset(count, sizeof(T));
   void* base = nullptr;
-  const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(count * sizeof(T)), static_cast<int>(sizeof(T)), info,
-                                         comm_, &base, &window_);
+  const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(flag_at + sizeof(std::uint64_t)), 1, info, comm_,
+                                         &base, &window_);
   MPI_Info_free(&info);
   DTL_MPI_CHECK(rc);
   mine_ = static_cast<T*>(base);
@@ -169,12 +234,21 @@ IpcRingHost<T>::IpcRingHost(MPI_Comm comm, std::size_t count, HostDelay delay, s
     int unit = 0;
     void* ptr = nullptr;
     DTL_MPI_CHECK(MPI_Win_shared_query(window_, owner, &bytes, &unit, &ptr));
-    return static_cast<T*>(ptr);
+    return static_cast<std::byte*>(ptr);
   };
-  left_ = segment((rank_ + world_size_ - 1) % world_size_);
-  right_ = segment((rank_ + 1) % world_size_);
+  const int left = (rank_ + world_size_ - 1) % world_size_, right = (rank_ + 1) % world_size_;
+  const auto flag = [flag_at](std::byte* segment_base) {
+    return reinterpret_cast<std::uint64_t*>(segment_base + flag_at);
+  };
+  left_ = reinterpret_cast<T*>(segment(left));
+  right_ = reinterpret_cast<T*>(segment(right));
+  const typename Stream::Flags flags{flag(static_cast<std::byte*>(base)), flag(segment(left)), flag(segment(right)),
+                                     left, right};
+  *flags.mine = 0;
   DTL_MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, window_));
-  stream_ = std::make_unique<Stream>(window_, host_threads, slow_ ? delay.slow : std::chrono::microseconds{0});
+  DTL_MPI_CHECK(MPI_Win_sync(window_));
+  DTL_MPI_CHECK(MPI_Barrier(comm_));  // every flag is 0 before any rank's stream reads one
+  stream_ = std::make_unique<Stream>(window_, host_threads, slow_ ? delay.slow : std::chrono::microseconds{0}, flags);
 }
 
 template <GpuElement T>
@@ -197,14 +271,25 @@ void IpcRingHost<T>::upload(std::span<const T> values) {
 }
 
 template <GpuElement T>
+void IpcRingHost<T>::copy_out(std::span<T> out) {
+  DTL_REQUIRE_ARG(out.size() == count_, "IpcRingHost::copy_out", "out",
+                  "has " + std::to_string(out.size()) + " elements; the ring's buffers have " + std::to_string(count_));
+  stream_->copy_out(out.data(), mine_, count_);
+}
+
+template <GpuElement T>
 std::vector<T> IpcRingHost<T>::download() {
   stream_->wait();
   return std::vector<T>(mine_, mine_ + count_);
 }
 
 template <GpuElement T>
-void IpcRingHost<T>::allreduce(bool fuse) {
-  detail::run_ipc_ring(comm_, rank_, world_size_, count_, fuse, mine_, left_, right_, *stream_);
+void IpcRingHost<T>::allreduce(bool fuse, IpcSync sync) {
+  if (sync == IpcSync::kHost) {
+    detail::run_ipc_ring(comm_, rank_, world_size_, count_, fuse, mine_, left_, right_, *stream_);
+  } else {
+    detail::run_ipc_ring_flags(comm_, rank_, world_size_, count_, fuse, mine_, left_, right_, *stream_, calls_++);
+  }
 }
 
 template class IpcRingHost<float>;

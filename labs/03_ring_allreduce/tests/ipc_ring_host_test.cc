@@ -10,6 +10,11 @@
 // how the first GPU run's bug (no entry handshake: wrong sums at 2-4 processes on
 // an H100) is caught without a GPU.
 //
+// Task G2 (step flags, IpcSync::kFlags) runs the same cases: its loop queues
+// everything and returns, so the slow ranks' streams lag the host by whole calls,
+// and a missing signal or wait fails the same way (or, where a wait can never be
+// met, ends as a reported deadlock after the stand-in's 30 s limit).
+//
 // These need the CUDA headers (for __half and __nv_bfloat16), not a GPU.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -53,29 +58,26 @@ Inputs<T> inputs(std::size_t count, int seed) {
   return in;
 }
 
-std::string what(std::size_t count, bool fuse, const lab::HostDelay& delay = {}) {
+std::string what(std::size_t count, bool fuse, lab::IpcSync sync, const lab::HostDelay& delay = {}) {
   std::string text = "rank " + std::to_string(comm().rank()) + " of " + std::to_string(comm().size()) + ", count " +
-                     std::to_string(count) + (fuse ? ", fused" : "");
+                     std::to_string(count) + (fuse ? ", fused" : "") +
+                     (sync == lab::IpcSync::kFlags ? ", step flags (G2)" : ", host handshakes (G)");
   if (delay.slow.count() > 0) text += ", slow ranks: " + std::string(delay.seed % 2 ? "even" : "odd");
   return text;
 }
 
-template <typename T>
-class IpcRingHost : public ::testing::Test {};
-TYPED_TEST_SUITE(IpcRingHost, GpuTypes, TypeNames);
-
 // No delays: empty, one element, fewer elements than ranks, counts not divisible
 // by P, and a large one; several simulated kernel threads.
-TYPED_TEST(IpcRingHost, MatchesMpiAllreduce) {
-  using T = TypeParam;
+template <typename T>
+void matches_mpi_allreduce(lab::IpcSync sync) {
   const auto up = static_cast<std::size_t>(comm().size());
   for (std::size_t count : {std::size_t{0}, std::size_t{1}, up - 1, 7 * up + 3, std::size_t{100003}}) {
     for (bool fuse : {false, true}) {
       lab::IpcRingHost<T> ring(comm(), count, {}, 3);
       const Inputs<T> in = inputs<T>(count, comm().rank());
       ring.upload(in.mine);
-      ring.allreduce(fuse);
-      EXPECT_TRUE(same_bits(in.want, ring.download(), what(count, fuse)));
+      ring.allreduce(fuse, sync);
+      EXPECT_TRUE(same_bits(in.want, ring.download(), what(count, fuse, sync)));
     }
   }
 }
@@ -88,8 +90,8 @@ TYPED_TEST(IpcRingHost, MatchesMpiAllreduce) {
 //  - each step: a fast rank's step s+1 reads what a slow neighbour writes at step s;
 //  - exit: a slow left neighbour still writes (fused) or a slow right neighbour
 //    still reads a fast rank's buffer when that rank returns and uploads again.
-TYPED_TEST(IpcRingHost, SlowNeighboursCannotBeOvertaken) {
-  using T = TypeParam;
+template <typename T>
+void slow_neighbours_cannot_be_overtaken(lab::IpcSync sync) {
   const auto up = static_cast<std::size_t>(comm().size());
   for (unsigned seed : {0u, 1u}) {
     for (bool fuse : {false, true}) {
@@ -102,15 +104,67 @@ TYPED_TEST(IpcRingHost, SlowNeighboursCannotBeOvertaken) {
       std::vector<T> got[2];
       for (int round = 0; round < 2; ++round) {
         ring.upload(in[round].mine);
-        ring.allreduce(fuse);
+        ring.allreduce(fuse, sync);
         got[round] = ring.download();
       }
       for (int round = 0; round < 2; ++round) {
-        EXPECT_TRUE(same_bits(in[round].want, got[round], what(count, fuse, delay) + ", round " + std::to_string(round)));
+        EXPECT_TRUE(
+            same_bits(in[round].want, got[round], what(count, fuse, sync, delay) + ", round " + std::to_string(round)));
       }
     }
   }
 }
+
+// Task G2 only: three calls queued back to back, the host never waiting in
+// between (no download: the next upload is queued right behind the last call's
+// exit waits), then each call's sum read by a copy queued on the stream. The slow
+// ranks' streams then run whole calls behind the fast ranks' hosts, and a flag
+// value of one call that a later call could mistake for its own (the `call`
+// argument unused) or a missing exit wait shows as a wrong sum.
+template <typename T>
+void calls_queued_back_to_back() {
+  const auto up = static_cast<std::size_t>(comm().size());
+  for (unsigned seed : {0u, 1u}) {
+    for (bool fuse : {false, true}) {
+      const std::size_t count = 2 * up + 3;
+      const lab::HostDelay delay{seed, std::chrono::milliseconds(10)};
+      const Inputs<T> in[3] = {inputs<T>(count, comm().rank()), inputs<T>(count, comm().rank() + 5),
+                               inputs<T>(count, comm().rank() + 11)};
+      lab::IpcRingHost<T> ring(comm(), count, delay);
+      std::vector<T> got[3];
+      for (int round = 0; round < 3; ++round) {
+        got[round].resize(count);
+        ring.upload(in[round].mine);
+        ring.allreduce(fuse, lab::IpcSync::kFlags);
+        ring.copy_out(got[round]);
+      }
+      ring.download();  // waits for the stream: every copy_out has run
+      for (int round = 0; round < 3; ++round) {
+        EXPECT_TRUE(same_bits(in[round].want, got[round],
+                              what(count, fuse, lab::IpcSync::kFlags, delay) + ", call " + std::to_string(round) +
+                                  " of 3 queued back to back"));
+      }
+    }
+  }
+}
+
+template <typename T>
+class IpcRingHost : public ::testing::Test {};
+TYPED_TEST_SUITE(IpcRingHost, GpuTypes, TypeNames);
+TYPED_TEST(IpcRingHost, MatchesMpiAllreduce) { matches_mpi_allreduce<TypeParam>(lab::IpcSync::kHost); }
+TYPED_TEST(IpcRingHost, SlowNeighboursCannotBeOvertaken) {
+  slow_neighbours_cannot_be_overtaken<TypeParam>(lab::IpcSync::kHost);
+}
+
+// Task G2: the same, with step flags.
+template <typename T>
+class IpcRingHostFlags : public ::testing::Test {};
+TYPED_TEST_SUITE(IpcRingHostFlags, GpuTypes, TypeNames);
+TYPED_TEST(IpcRingHostFlags, MatchesMpiAllreduce) { matches_mpi_allreduce<TypeParam>(lab::IpcSync::kFlags); }
+TYPED_TEST(IpcRingHostFlags, SlowNeighboursCannotBeOvertaken) {
+  slow_neighbours_cannot_be_overtaken<TypeParam>(lab::IpcSync::kFlags);
+}
+TYPED_TEST(IpcRingHostFlags, CallsQueuedBackToBack) { calls_queued_back_to_back<TypeParam>(); }
 
 TEST(IpcRingHostArgs, RejectsBadArguments) {
   EXPECT_THROW(lab::IpcRingHost<float>(comm(), 4, {}, 0), dtl::InvalidArgument);

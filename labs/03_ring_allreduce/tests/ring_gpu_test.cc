@@ -281,6 +281,49 @@ TYPED_TEST(IpcRingGpu, MatchesMpiAllreduce) {
   }
 }
 
+// Task G2 on the GPU: step flags as cuStreamWriteValue64/cuStreamWaitValue64
+// (IpcSync::kFlags). Two calls per ring, each uploaded and read back on the
+// ring's stream, with no host barrier between them: a rank's second upload is
+// ordered only by its stream's exit waits on its neighbours' flags. Not graded
+// (task G2's points come from the CPU stand-in, IpcRingHostFlags/*): this checks
+// the given GPU half of it.
+template <typename T>
+class IpcRingFlagsGpu : public ::testing::Test {};
+TYPED_TEST_SUITE(IpcRingFlagsGpu, GpuTypes, TypeNames);
+
+TYPED_TEST(IpcRingFlagsGpu, MatchesMpiAllreduceTwiceInARow) {
+  SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  const int rank = comm().rank(), size = comm().size();
+  const auto up = static_cast<std::size_t>(size);
+  for (std::size_t count : {std::size_t{1}, up - 1 + (size == 1), 7 * up + 3, std::size_t{100003},
+                            std::size_t{1} << 20}) {
+    for (bool fuse : {false, true}) {
+      lab::IpcRing<T> ring(comm(), count, rank % gpus);
+      std::vector<T> want[2], mine[2];
+      for (int round = 0; round < 2; ++round) {  // both oracles first: no MPI call between the calls
+        std::vector<float> mine_f(count), sum_f(count);
+        mine[round].resize(count);
+        for (std::size_t i = 0; i < count; ++i) {
+          mine[round][i] = small_int<T>(i, rank + 7 * round);
+          mine_f[i] = to_float(mine[round][i]);
+        }
+        MPI_Allreduce(mine_f.data(), sum_f.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm());
+        want[round].resize(count);
+        for (std::size_t i = 0; i < count; ++i) want[round][i] = from_float<T>(sum_f[i]);
+      }
+      for (int round = 0; round < 2; ++round) {
+        to_device(ring.data(), mine[round], ring.stream());
+        ring.allreduce(fuse, lab::IpcSync::kFlags);
+        EXPECT_TRUE(same_bits(want[round], to_host<T>(ring.data(), count, ring.stream()),
+                              "rank " + std::to_string(rank) + ", count " + std::to_string(count) +
+                                  (fuse ? ", fused" : "") + ", step flags, call " + std::to_string(round)));
+      }
+      MPI_Barrier(comm());
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // NCCL, the vendor: one GPU per rank
 // ---------------------------------------------------------------------------

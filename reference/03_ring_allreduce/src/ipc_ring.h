@@ -20,14 +20,18 @@
 // launch(const ReduceCopyArgs<T>&) and wait()), so the CPU tests run exactly
 // the loop the GPU runs (given/ipc_ring.cc and given/ipc_ring_host.cc).
 //
-// Left out: letting one GPU wait for another without a host round trip per step
-// (IPC events, or flags in mapped memory as NCCL's P2P transport does), and
-// pipelining a step in slices so that the wait hides behind data movement.
+// Task G2, the same ring without a host round trip per step: the streams
+// themselves signal and wait on step flags in memory the neighbours map, as
+// NCCL's P2P transport does (Note [Step flags] below; handout part 2, G2).
+//
+// Left out: pipelining a step in slices so that the wait hides behind data
+// movement, and waiting only where a hazard is (G2 waits for both neighbours).
 #pragma once
 
 #include <mpi.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "harness/error.h"
@@ -108,6 +112,93 @@ void run_ipc_ring(MPI_Comm comm, int rank, int world_size, std::size_t count, bo
     // exit handshake: no one touches my buffer any more.
     agree(comm, failure, "run_ipc_ring: another rank failed at step " + std::to_string(step));
   }
+  // END SOLUTION
+}
+
+// Note [Step flags]
+// Task G pays a host round trip per step: the host waits for its stream to drain
+// (cudaStreamSynchronize), then for every rank (an MPI_Allreduce), and only then
+// queues the next step. The GPU idles meanwhile, and the slowest rank sets every
+// step's pace. G2 puts the orderings of Note [Cross-process hazards] on the
+// streams instead. Each rank owns one 64-bit flag, next to its buffer, which its
+// neighbours map too, and its stream offers two more operations:
+//
+//   signal(v)            once everything queued before it is done, and its writes
+//                        are visible to the other processes, set my flag to v
+//   wait_for(side, v)    hold everything queued after it until that neighbour's
+//                        flag is at least v (a cyclic comparison: (int64)(f - v) >= 0)
+//
+// On a GPU these are cuStreamWriteValue64 and cuStreamWaitValue64, done by the
+// GPU's front end between kernels (no kernel spins, no host involved); in the CPU
+// stand-in, an atomic store and a spin of the stream's thread. The host queues the
+// whole call and returns. A flag only ever grows, over calls too, so "my flag is at
+// least v" means "every stage I numbered up to v is done". Only a rank's two
+// neighbours touch its buffer, so no rank needs to hear from any other.
+
+/// @brief Task G2: the 2(P-1) steps of task G's ring, ordered by step flags on the
+/// streams instead of host waits and agreements (Note [Step flags]). Queues the work
+/// and returns; the sum is in `mine` in stream order.
+/// @tparam T float, __half or __nv_bfloat16.
+/// @tparam Stream as for run_ipc_ring(), plus `void signal(std::uint64_t v)` and
+///         `void wait_for(Neighbour side, std::uint64_t v)` (Note [Step flags]), both
+///         queued like launch(); any of the three may throw dtl::Error.
+/// @param[in] comm the ranks of the ring; every rank calls this together.
+/// @param[in] rank, world_size this rank and P.
+/// @param[in] count elements of every rank's buffer.
+/// @param[in] fuse whether to fold step P-1 into step P-2.
+/// @param[in,out] mine this rank's buffer: in, its contribution; out, the sum.
+/// @param[in] left the left neighbour's buffer, mapped into this process.
+/// @param[in,out] right the right neighbour's buffer (written only by the fused step).
+/// @param[in] stream this rank's stream.
+/// @param[in] call how many times this ring ran this loop before (0, 1, 2, ...), the
+///            same on every rank: every flag value of this call must lie above every
+///            value of the calls before it, and below kFlagAbandoned.
+/// @throws Error on every rank when queuing failed on any rank.
+template <typename T, typename Stream>
+void run_ipc_ring_flags(MPI_Comm comm, int rank, int world_size, std::size_t count, bool fuse, T* mine,
+                        const T* left, T* right, Stream& stream, std::uint64_t call) {
+  if (world_size == 1 || count == 0) return;  // nothing to add up: no steps
+  // BEGIN SOLUTION(run_ipc_ring_flags)
+  // | Contract: what run_ipc_ring() guarantees, in stream order: once this rank's stream
+  // | has run what this call queued, `mine` holds the sum and no neighbour still reads or
+  // | writes it, so whatever the caller queues next on the stream may read or refill it.
+  // | The host queues the work and returns: no stream.wait(), and one agree() at most.
+  // | Order every hazard of Note [Cross-process hazards] with signal() and wait_for()
+  // | (Note [Step flags]): number the stages of a call so that a flag at least v says
+  // | "done up to v", using `call` to keep the calls apart. A rank whose queuing fails
+  // | must release its neighbours' streams (kFlagAbandoned) and every rank must throw.
+  // | Handout: part 2, G2.
+  const auto steps = static_cast<std::uint64_t>(2 * (world_size - 1));
+  // Stage 1 is "my input is in place", stage 2 + s "my step s is done": steps + 1 stages a call.
+  const std::uint64_t base = call * (steps + 1);
+  std::string failure;
+  try {
+    stream.signal(base + 1);  // queued after the caller's upload: my input is there
+    for (std::uint64_t step = 0; step < steps; ++step) {
+      // Step s reads what the left neighbour made of its chunk at step s-1 (its input
+      // at s = 0), and overwrites what the right neighbour read of mine at step s-1
+      // (fused, it also writes into the right neighbour's buffer). Both neighbours'
+      // stage s-1 covers both; at P > 2 the right one is more than the data needs.
+      stream.wait_for(Neighbour::kLeft, base + 1 + step);
+      stream.wait_for(Neighbour::kRight, base + 1 + step);
+      // The job depends on the step only, so every rank skips the same steps, and a
+      // skipped step still signals: the next step waits for it.
+      const RingJob job = ring_job(rank, world_size, static_cast<int>(step), count, fuse);
+      if (!job.skip && job.count > 0) stream.launch(ring_job_args(job, mine, left, right));
+      stream.signal(base + 2 + step);
+    }
+    // Exit: the left neighbour's last step may write my buffer (fused) and the right
+    // one's reads it; whatever the caller queues next waits for both.
+    stream.wait_for(Neighbour::kLeft, base + 1 + steps);
+    stream.wait_for(Neighbour::kRight, base + 1 + steps);
+  } catch (const Error& e) {
+    failure = e.what();
+    try {
+      stream.signal(kFlagAbandoned);  // the neighbours' streams wait for nothing more from me
+    } catch (const Error&) {          // the stream itself is broken: nothing more to give
+    }
+  }
+  agree(comm, failure, "run_ipc_ring_flags: another rank failed to queue its steps");
   // END SOLUTION
 }
 

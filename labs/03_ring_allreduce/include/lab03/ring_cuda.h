@@ -22,8 +22,9 @@
 ///                         so the CPU tests run it too): head, 16-byte vectors, tail
 ///   - ring_job.cc         ring_job(): one rank's reduce-copy at one step
 ///   - virtual_ring.h      the ring loop shared by the host and the GPU virtual rings
-///   - ipc_ring.h          the ring loop across processes, shared by IpcRing (GPU) and
-///                         IpcRingHost (CPU): its waits and agreements
+///   - ipc_ring.h          the ring loops across processes, shared by IpcRing (GPU) and
+///                         IpcRingHost (CPU): with host waits and agreements (task G),
+///                         and with step flags the streams signal and wait on (task G2)
 ///
 /// Files under given/ (handed to you, compiled into your build, never submitted):
 ///   - reduce_copy_pack.cuh fp32 accumulation, 16-byte packs, the one-element reduce-copy
@@ -54,6 +55,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -331,6 +333,24 @@ inline void agree(MPI_Comm comm, const std::string& failure, const std::string& 
   if (!ok_everywhere) throw Error(failure.empty() ? elsewhere : failure);
 }
 
+/// @brief How task G's ring orders the ranks' steps across processes.
+enum class IpcSync {
+  kHost,   ///< task G (detail::run_ipc_ring()): after each step the host waits for its stream and agrees with every rank
+  kFlags,  ///< task G2 (detail::run_ipc_ring_flags()): the streams signal and wait on their neighbours' step flags;
+           ///< the host only queues the work and returns
+};
+
+/// @brief One of a rank's two neighbours in the ring: the one it reads from
+/// (left, rank - 1) or the one it writes to when fused (right, rank + 1).
+enum class Neighbour { kLeft, kRight };
+
+/// @brief The flag value a rank that failed gives its neighbours, so that no
+/// stream waits forever for a step that will not come (task G2): above any
+/// value a call waits for (flags compare cyclically, as signed 64-bit
+/// differences, so it is 2^62 and not the largest value). After it the ring
+/// cannot be used again.
+inline constexpr std::uint64_t kFlagAbandoned = std::uint64_t{1} << 62;
+
 /// @brief A ring allreduce across the processes of an MPI communicator, each
 /// owning one device buffer, each reading its left neighbour's buffer through CUDA IPC.
 ///
@@ -339,7 +359,8 @@ inline void agree(MPI_Comm comm, const std::string& failure, const std::string& 
 /// neighbours' handles (only those: a rank never touches another's memory). The
 /// processes may share one GPU or use one each (the device is the caller's
 /// choice, e.g. rank % gpu_count()); across GPUs the driver enables peer access.
-/// allreduce() runs task G's loop (src/ipc_ring.h) with this rank's stream.
+/// allreduce() runs task G's loop (src/ipc_ring.h) with this rank's stream, or
+/// task G2's, whose step flags live in the same allocation, after the buffer.
 ///
 /// Not movable: peers hold this rank's handle, and the mapping of theirs is ours.
 /// @tparam T float, __half or __nv_bfloat16.
@@ -375,12 +396,20 @@ class IpcRing {
 
   /// @brief The ring allreduce in place: every rank's data() becomes the sum of all (collective).
   ///
-  /// Runs detail::run_ipc_ring() (task G) with reduce_copy() on stream() as the
-  /// launch and cudaStreamSynchronize(stream()) as the wait.
+  /// IpcSync::kHost runs detail::run_ipc_ring() (task G) with reduce_copy() on
+  /// stream() as the launch and cudaStreamSynchronize(stream()) as the wait: the
+  /// sum is in data() when it returns. IpcSync::kFlags runs
+  /// detail::run_ipc_ring_flags() (task G2), whose signal and wait_for are
+  /// cuStreamWriteValue64 and cuStreamWaitValue64 on the flags: it returns once
+  /// the work is queued, and the sum is in data() in stream() order (read it on
+  /// stream(), or synchronize it first).
   /// @param[in] fuse whether to fold step P-1 into step P-2.
+  /// @param[in] sync task G's host handshakes or task G2's step flags.
   /// @throws CudaError on the rank whose kernel failed; Error on every other rank.
+  /// @throws Error naming the device when `sync` is kFlags and its driver has no
+  ///         64-bit stream memory operations.
   /// @throws MpiError if an agreement's MPI_Allreduce fails.
-  void allreduce(bool fuse = true);
+  void allreduce(bool fuse = true, IpcSync sync = IpcSync::kHost);
 
  private:
   Comm comm_;
@@ -388,17 +417,28 @@ class IpcRing {
   int world_size_ = 1;
   int device_ = -1;
   std::size_t count_ = 0;
-  cuda::DeviceBuffer buf_;
+  cuda::DeviceBuffer buf_;              // count_ elements, then this rank's step flag (flag_offset())
   std::optional<cuda::Stream> stream_;  // made once the device is selected
   T* left_ = nullptr;   // the left neighbour's buffer, mapped into this process
   T* right_ = nullptr;  // the right neighbour's (the same mapping as left_ when P = 2)
+  std::uint64_t calls_ = 0;  // task G2's calls so far: each call's flag values lie above the last one's
 };
+
+/// @brief Where a rank's step flag lies in its ring allocation: after `count`
+/// elements of `element_bytes` each, on a 256-byte boundary (both rings).
+/// @param[in] count elements of the buffer.
+/// @param[in] element_bytes sizeof the element type.
+/// @return the flag's byte offset from the buffer's start.
+constexpr std::size_t flag_offset(std::size_t count, std::size_t element_bytes) {
+  return (count * element_bytes + 255) / 256 * 256;
+}
 
 /// @brief How IpcRingHost's stand-in stream delays work, so that a missing wait or
 /// agreement in task G's loop fails every time instead of now and then.
 ///
-/// The "slow" ranks are those with (rank + seed) odd: every piece of work on their
-/// stream (the upload, each reduce-copy) starts `slow` after it was queued. For
+/// The "slow" ranks are those with (rank + seed) odd: every piece of data movement on
+/// their stream (an upload, a copy out, each reduce-copy) starts `slow` after the
+/// stream reaches it; task G2's signals and waits do not lag. For
 /// any P >= 2 some fast rank then has a slow left neighbour, which is exactly the
 /// rank that reads too early when a handshake is missing.
 struct HostDelay {
@@ -447,14 +487,26 @@ class IpcRingHost {
   /// @param[in] values count() elements (copied before this returns).
   /// @throws InvalidArgument naming `values` if its size is not count().
   void upload(std::span<const T> values);
+  /// @brief Queues a copy of data() into `out` on this rank's stream and returns at
+  /// once, as cudaMemcpyAsync from IpcRing::data() would: `out` holds it once the
+  /// stream has run it (download() waits for that). Keep `out` alive until then.
+  /// @param[out] out count() elements.
+  /// @throws InvalidArgument naming `out` if its size is not count().
+  void copy_out(std::span<T> out);
   /// @brief Waits for this rank's stream, then copies data() out.
   /// @return count() elements.
   std::vector<T> download();
 
   /// @brief The ring allreduce in place: every rank's data() becomes the sum of all (collective).
+  ///
+  /// IpcSync::kHost runs task G's loop, IpcSync::kFlags task G2's: its signal is
+  /// an atomic store to this rank's flag in the window and its wait_for a spin of
+  /// the stream's thread on a neighbour's (at most 30 s, then the stream fails,
+  /// naming the neighbour and the value it waited for). Read the sum with download().
   /// @param[in] fuse whether to fold step P-1 into step P-2.
+  /// @param[in] sync task G's host handshakes or task G2's step flags.
   /// @throws Error on every rank when the work failed on one of them.
-  void allreduce(bool fuse = true);
+  void allreduce(bool fuse = true, IpcSync sync = IpcSync::kHost);
 
   /// @brief This rank's stream, as task G's loop sees it (see detail::run_ipc_ring()).
   class Stream;
@@ -470,6 +522,7 @@ class IpcRingHost {
   T* mine_ = nullptr;
   T* left_ = nullptr;
   T* right_ = nullptr;
+  std::uint64_t calls_ = 0;  // task G2's calls so far
   std::unique_ptr<Stream> stream_;
 };
 
