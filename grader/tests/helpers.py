@@ -113,7 +113,7 @@ ITEM_PREFIXES = {
     # Lab 03 (grader/rubrics/03.toml).
     "lab03_reduce_scatter": ("B. ring reduce-scatter",),
     "lab03_allreduce": ("B. ring allreduce",),
-    "lab03_gpu": ("Part 2 ",),
+    "lab03_gpu": ("Part 2 D", "Part 2 E", "Part 2 G. "),  # not "Part 2 G2.": its CPU stand-in grades it
     # Labs 04 and 06 (grader/rubrics/04.toml, 06.toml): their one GPU item each.
     "lab04_gpu": ("GPU: ",),
     "lab06_gpu": ("GPU: ",),

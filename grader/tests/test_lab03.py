@@ -1,6 +1,7 @@
-"""Lab 03 end to end. `grade.py 03 --reference` gives 100 / 100 for part 1 with
-part 2's GPU items reported as "not gradable without a GPU" (left out of the
-total) where there is none; `--skeleton` gives 0 / 100 fast. A reduce-scatter
+"""Lab 03 end to end. `grade.py 03 --reference` gives 110 / 110 for part 1 and
+part 2's task G2 (graded from its CPU stand-in) with part 2's GPU items reported
+as "not gradable without a GPU" (left out of the total) where there is none;
+`--skeleton` gives 0 / 110 fast. A reduce-scatter
 that divides every contribution by P before adding (the classic averaging
 mistake) loses the reduce-scatter and allreduce items, the hidden item that
 checks the three rings on their own, and the allreduce speed item, and nothing
@@ -17,9 +18,14 @@ from dtlgrade.runner import gpu_available  # noqa: E402
 HAVE_GPU = gpu_available()
 
 
+def gpu_item(test: dict) -> bool:
+    """Part 2's items graded on a GPU (all but G2, which its CPU stand-in grades)."""
+    return test["name"].startswith("Part 2 ") and not test["name"].startswith("Part 2 G2.")
+
+
 def gradable(tests: list[dict]) -> list[dict]:
-    """The items this machine grades: without a GPU, part 2's are reported, not scored."""
-    return [t for t in tests if HAVE_GPU or not t["name"].startswith("Part 2 ")]
+    """The items this machine grades: without a GPU, part 2's GPU items are reported, not scored."""
+    return [t for t in tests if HAVE_GPU or not gpu_item(t)]
 
 # The reference's reduce-scatter with the average taken term by term, first.
 DIVIDE_FIRST = helpers.mutated_body(
@@ -50,9 +56,9 @@ class TestLab03Reference(helpers.GraderAssertions, unittest.TestCase):
     def test_full_marks_for_what_this_machine_can_grade(self):
         self.assertEqual(self.graded.returncode, 0, self.graded.output[-3000:])
         self.assertGradescopeJson(self.graded)
-        self.assertEqual(self.graded.json["score"], (130 if HAVE_GPU else 100) - self.graded.speed_out())
-        # 5 part-1 items + 3 part-2 items + 2 speed items + 2 example hidden items
-        self.assertEqual(len(self.graded.json["tests"]), 12)
+        self.assertEqual(self.graded.json["score"], (140 if HAVE_GPU else 110) - self.graded.speed_out())
+        # 5 part-1 items + 4 part-2 items (3 on a GPU, G2 on CPUs) + 2 speed items + 2 example hidden items
+        self.assertEqual(len(self.graded.json["tests"]), 13)
         self.assertFullMarks(gradable(self.graded.json["tests"]))
 
     def test_gpu_items_are_not_gradable_without_a_gpu(self):
@@ -74,7 +80,7 @@ class TestLab03Skeleton(helpers.GraderAssertions, unittest.TestCase):
         self.assertEqual(self.graded.returncode, 0, self.graded.output[-3000:])
         self.assertGradescopeJson(self.graded)
         self.assertEqual(self.graded.json["score"], 0)
-        self.assertEqual(self.graded.json["max_score"], (130 if HAVE_GPU else 100) - self.graded.speed_out())
+        self.assertEqual(self.graded.json["max_score"], (140 if HAVE_GPU else 110) - self.graded.speed_out())
         self.assertLess(self.graded.grading_seconds, 120, "the skeleton must fail fast, not time out")
         self.assertNotIn("TIMEOUT", self.graded.output)
         self.assertNotIn("CRASHED", self.graded.output)
@@ -82,7 +88,7 @@ class TestLab03Skeleton(helpers.GraderAssertions, unittest.TestCase):
             if t["name"].startswith("Speed:"):
                 if not helpers.speed_left_out(t):
                     self.assertIn("speed counts only for a correct solution", t["output"], t["name"])
-            elif not t["name"].startswith("Part 2 "):
+            elif not gpu_item(t):
                 self.assertIn("is not implemented yet", t["output"], t["name"])
 
 
@@ -102,7 +108,7 @@ class TestLab03DivideFirst(helpers.GraderAssertions, unittest.TestCase):
         self.assertZero(failing)
         rest = [t for t in gradable(self.graded.json["tests"]) if t not in failing]
         self.assertFullMarks(rest)
-        self.assertEqual(self.graded.json["score"], (54 if not HAVE_GPU else 84) - self.graded.speed_out())
+        self.assertEqual(self.graded.json["score"], (64 if not HAVE_GPU else 94) - self.graded.speed_out())
 
     def test_message_shows_rank_and_element(self):
         item = self.graded.item("B. ring allreduce: sum and average (divided once), 2(P-1) messages")

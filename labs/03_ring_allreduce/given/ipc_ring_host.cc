@@ -53,7 +53,9 @@ namespace {
 constexpr std::chrono::seconds kFlagWaitLimit{30};
 
 // A worker thread that runs queued work in order; each piece starts `delay`
-// after the thread takes it. The first exception is kept and rethrown by wait().
+// after the thread takes it. The first exception is kept and rethrown by wait(),
+// and the work queued behind it is dropped (as a CUDA error ends a stream's work):
+// a stream that timed out waiting for a flag reports it once, not once per wait.
 class HostWorker {
  public:
   explicit HostWorker(std::chrono::microseconds delay) : delay_(delay), thread_([this] { run(); }) {}
@@ -93,6 +95,7 @@ class HostWorker {
       if (queue_.empty()) return;  // stop_, nothing left
       Piece piece = std::move(queue_.front());
       queue_.pop_front();
+      if (!failure_.empty()) continue;  // a failed stream runs nothing more until wait() reports it
       busy_ = true;
       lock.unlock();
       if (piece.delayed && delay_.count() > 0) std::this_thread::sleep_for(delay_);
@@ -136,12 +139,16 @@ class IpcRingHost<T>::Stream {
     std::uint64_t* mine;
     std::uint64_t* left;
     std::uint64_t* right;
-    int left_rank, right_rank;
+    int rank, left_rank, right_rank;
   };
   Stream(MPI_Win window, std::size_t host_threads, std::chrono::microseconds delay, Flags flags)
       : window_(window), host_threads_(host_threads), flags_(flags), worker_(delay) {}
 
   void launch(const ReduceCopyArgs<T>& args) {
+    if (fail_after_ == 0) {
+      throw Error("IpcRingHost: rank " + std::to_string(flags_.rank) + "'s launch failed (injected by the test)");
+    }
+    if (fail_after_ > 0) --fail_after_;
     DTL_MPI_CHECK(MPI_Win_sync(window_));
     const std::size_t threads = host_threads_;
     worker_.enqueue([args, threads] {
@@ -151,6 +158,7 @@ class IpcRingHost<T>::Stream {
   void copy(T* dst, std::vector<T> values) {
     worker_.enqueue([dst, values = std::move(values)] { std::copy(values.begin(), values.end(), dst); });
   }
+  void fail_after(int launches) { fail_after_ = launches; }
   void copy_out(T* dst, const T* src, std::size_t count) {
     worker_.enqueue([dst, src, count] { std::copy(src, src + count, dst); });
   }
@@ -170,7 +178,7 @@ class IpcRingHost<T>::Stream {
     const std::string who = std::string(left ? "left" : "right") + " neighbour (rank " +
                             std::to_string(left ? flags_.left_rank : flags_.right_rank) + ")";
     worker_.enqueue(
-        [flag, value, who] {
+        [flag, value, who, me = flags_.rank] {
           const auto reached = [&] {
             return static_cast<std::int64_t>(std::atomic_ref(*flag).load(std::memory_order_acquire) - value) >= 0;
           };
@@ -180,8 +188,9 @@ class IpcRingHost<T>::Stream {
             // neighbour this thread waits for.
             if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
             if (std::chrono::steady_clock::now() > deadline) {
-              throw Error("IpcRingHost stream: waited " + std::to_string(kFlagWaitLimit.count()) + " s for the " +
-                          who + "'s flag to reach " + std::to_string(value) + "; it is at " +
+              throw Error("IpcRingHost: rank " + std::to_string(me) + "'s stream waited " +
+                          std::to_string(kFlagWaitLimit.count()) + " s for its " + who + "'s flag to reach " +
+                          std::to_string(value) + "; it is at " +
                           std::to_string(std::atomic_ref(*flag).load()) +
                           " (a deadlock: no one signals what this stream waits for)");
             }
@@ -195,6 +204,7 @@ class IpcRingHost<T>::Stream {
   MPI_Win window_;
   std::size_t host_threads_;
   Flags flags_;
+  int fail_after_ = -1;  // launches until an injected failure (fail_launch_after()); negative: none
   HostWorker worker_;
 };
 
@@ -243,7 +253,7 @@ IpcRingHost<T>::IpcRingHost(MPI_Comm comm, std::size_t count, HostDelay delay, s
   left_ = reinterpret_cast<T*>(segment(left));
   right_ = reinterpret_cast<T*>(segment(right));
   const typename Stream::Flags flags{flag(static_cast<std::byte*>(base)), flag(segment(left)), flag(segment(right)),
-                                     left, right};
+                                     rank_, left, right};
   *flags.mine = 0;
   DTL_MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, window_));
   DTL_MPI_CHECK(MPI_Win_sync(window_));
@@ -268,6 +278,11 @@ void IpcRingHost<T>::upload(std::span<const T> values) {
                   "has " + std::to_string(values.size()) + " elements; the ring's buffers have " +
                       std::to_string(count_));
   stream_->copy(mine_, std::vector<T>(values.begin(), values.end()));
+}
+
+template <GpuElement T>
+void IpcRingHost<T>::fail_launch_after(int launches) {
+  stream_->fail_after(launches);
 }
 
 template <GpuElement T>

@@ -25,7 +25,7 @@
 // NCCL's P2P transport does (Note [Step flags] below; handout part 2, G2).
 //
 // Left out: pipelining a step in slices so that the wait hides behind data
-// movement, and waiting only where a hazard is (G2 waits for both neighbours).
+// movement (NCCL's slices), and a kernel that polls the flags itself.
 #pragma once
 
 #include <mpi.h>

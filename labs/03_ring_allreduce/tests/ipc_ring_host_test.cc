@@ -148,12 +148,45 @@ void calls_queued_back_to_back() {
   }
 }
 
+// A launch that fails on one rank (the last rank's first) makes every rank's
+// allreduce() throw, and leaves no stream waiting: each rank's stream finishes
+// what was queued well within the stand-in's 30 s limit for a flag (task G2: the
+// failed rank releases its neighbours with kFlagAbandoned).
+template <typename T>
+void a_failed_launch_makes_every_rank_throw(lab::IpcSync sync) {
+  if (comm().size() == 1) {  // one rank has nothing to add up: no launch, nothing to fail
+    lab::IpcRingHost<T> ring(comm(), 5);
+    ring.fail_launch_after(0);
+    EXPECT_NO_THROW(ring.allreduce(true, sync)) << what(5, true, sync);
+    return;
+  }
+  for (bool fuse : {false, true}) {
+    const std::size_t count = 3 * static_cast<std::size_t>(comm().size()) + 1;
+    lab::IpcRingHost<T> ring(comm(), count, {0, std::chrono::milliseconds(10)});
+    if (comm().rank() == comm().size() - 1) ring.fail_launch_after(0);
+    ring.upload(inputs<T>(count, comm().rank()).mine);
+    EXPECT_THROW(ring.allreduce(fuse, sync), dtl::Error) << what(count, fuse, sync);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      ring.download();  // the streams end; what they hold is not a sum
+    } catch (const dtl::Error& e) {
+      ADD_FAILURE() << what(count, fuse, sync) << ": the stream failed after the launch failure: " << e.what();
+    }
+    const auto waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(waited, 10.0) << what(count, fuse, sync) << ": the stream waited " << waited
+                            << " s after another rank's launch failed";
+  }
+}
+
 template <typename T>
 class IpcRingHost : public ::testing::Test {};
 TYPED_TEST_SUITE(IpcRingHost, GpuTypes, TypeNames);
 TYPED_TEST(IpcRingHost, MatchesMpiAllreduce) { matches_mpi_allreduce<TypeParam>(lab::IpcSync::kHost); }
 TYPED_TEST(IpcRingHost, SlowNeighboursCannotBeOvertaken) {
   slow_neighbours_cannot_be_overtaken<TypeParam>(lab::IpcSync::kHost);
+}
+TYPED_TEST(IpcRingHost, AFailedLaunchMakesEveryRankThrow) {
+  a_failed_launch_makes_every_rank_throw<TypeParam>(lab::IpcSync::kHost);
 }
 
 // Task G2: the same, with step flags.
@@ -165,6 +198,9 @@ TYPED_TEST(IpcRingHostFlags, SlowNeighboursCannotBeOvertaken) {
   slow_neighbours_cannot_be_overtaken<TypeParam>(lab::IpcSync::kFlags);
 }
 TYPED_TEST(IpcRingHostFlags, CallsQueuedBackToBack) { calls_queued_back_to_back<TypeParam>(); }
+TYPED_TEST(IpcRingHostFlags, AFailedLaunchMakesEveryRankThrow) {
+  a_failed_launch_makes_every_rank_throw<TypeParam>(lab::IpcSync::kFlags);
+}
 
 TEST(IpcRingHostArgs, RejectsBadArguments) {
   EXPECT_THROW(lab::IpcRingHost<float>(comm(), 4, {}, 0), dtl::InvalidArgument);

@@ -25,7 +25,7 @@
 // NCCL's P2P transport does (Note [Step flags] below; handout part 2, G2).
 //
 // Left out: pipelining a step in slices so that the wait hides behind data
-// movement, and waiting only where a hazard is (G2 waits for both neighbours).
+// movement (NCCL's slices), and a kernel that polls the flags itself.
 #pragma once
 
 #include <mpi.h>
@@ -176,20 +176,23 @@ void run_ipc_ring_flags(MPI_Comm comm, int rank, int world_size, std::size_t cou
     stream.signal(base + 1);  // queued after the caller's upload: my input is there
     for (std::uint64_t step = 0; step < steps; ++step) {
       // Step s reads what the left neighbour made of its chunk at step s-1 (its input
-      // at s = 0), and overwrites what the right neighbour read of mine at step s-1
-      // (fused, it also writes into the right neighbour's buffer). Both neighbours'
-      // stage s-1 covers both; at P > 2 the right one is more than the data needs.
+      // at s = 0). The right neighbour needs no wait of its own: every rank waits for
+      // its left before each step, so with my left at stage s-1, its left is at s-2,
+      // and so on around the ring to my right, at s-(P-1) (at P = 2 the right is the
+      // left). A chunk of mine that the right reads at its step s' I overwrite next at
+      // step s'+P-1, and what the fused step writes into its buffer it last read at
+      // step 0: both are behind it by then.
       stream.wait_for(Neighbour::kLeft, base + 1 + step);
-      stream.wait_for(Neighbour::kRight, base + 1 + step);
       // The job depends on the step only, so every rank skips the same steps, and a
       // skipped step still signals: the next step waits for it.
       const RingJob job = ring_job(rank, world_size, static_cast<int>(step), count, fuse);
       if (!job.skip && job.count > 0) stream.launch(ring_job_args(job, mine, left, right));
       stream.signal(base + 2 + step);
     }
-    // Exit: the left neighbour's last step may write my buffer (fused) and the right
-    // one's reads it; whatever the caller queues next waits for both.
-    stream.wait_for(Neighbour::kLeft, base + 1 + steps);
+    // Exit: the right neighbour reads my buffer up to its last step, and the chain
+    // above leaves it P-2 stages behind me, so whatever the caller queues next waits
+    // for it. The left one last wrote my buffer (fused) at step P-2, which my own
+    // waits have seen done.
     stream.wait_for(Neighbour::kRight, base + 1 + steps);
   } catch (const Error& e) {
     failure = e.what();

@@ -508,6 +508,11 @@ class IpcRingHost {
   /// @throws Error on every rank when the work failed on one of them.
   void allreduce(bool fuse = true, IpcSync sync = IpcSync::kHost);
 
+  /// @brief For tests: this rank's launch() throws dtl::Error (as a failed kernel
+  /// launch would) once `launches` more launches have been queued; negative: never.
+  /// @param[in] launches how many launches still succeed.
+  void fail_launch_after(int launches);
+
   /// @brief This rank's stream, as task G's loop sees it (see detail::run_ipc_ring()).
   class Stream;
 
