@@ -9,8 +9,9 @@
 #   1. ctest -R 'gpu|nccl' -LE student (every GPU and NCCL test, 1-4 ranks), twice
 #   2. lab03_bench's GPU rows at 1 rank (reduce-copy, virtual ring; the ring as
 #      a CUDA Graph in a step of its own)
-#   3. its IPC ring and NCCL rows at 2 and 4 ranks sharing the GPU: plain, with
-#      NCCL_MAX_CTAS=1, and under MPS (nvidia-cuda-mps-control -d)
+#   3. its IPC ring rows (task G, and G2's step flags) and NCCL rows at 2 and 4
+#      ranks sharing the GPU: plain, with NCCL_MAX_CTAS=1, and under MPS
+#      (nvidia-cuda-mps-control -d)
 #   4. PyTorch's torch.add on the same GPU (torch_anchor.py)
 set -uo pipefail
 # $OUT, the staged environment, step() and machine.txt (shared by every GPU check).
