@@ -25,10 +25,30 @@ void PrintTo(OptKind kind, std::ostream* os) { *os << opt_name(kind); }
 
 namespace {
 
+// " (at [i, j, k] of 2 x 3 x 4)": element `flat` of a row-major `shape`, or "" when
+// the shape does not describe `count` elements (or has one dimension: nothing to add).
+std::string shaped_index(std::size_t flat, std::size_t count, const std::vector<std::int64_t>& shape) {
+  std::int64_t product = 1;
+  for (std::int64_t d : shape) product *= d;
+  if (shape.size() < 2 || product != static_cast<std::int64_t>(count)) return "";
+  std::vector<std::int64_t> index(shape.size());
+  auto rest = static_cast<std::int64_t>(flat);
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    index[d] = rest % shape[d];
+    rest /= shape[d];
+  }
+  std::string at = " (at [", dims;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    at += (d ? ", " : "") + std::to_string(index[d]);
+    dims += (d ? " x " : "") + std::to_string(shape[d]);
+  }
+  return at + "] of " + dims + ")";
+}
+
 template <typename T>
 ::testing::AssertionResult close_to_impl(const std::vector<T>& want, const std::vector<T>& got,
                                          const std::string& what, Tolerance tol, const std::string& oracle,
-                                         std::int64_t offset) {
+                                         std::int64_t offset, const std::vector<std::int64_t>& shape) {
   const int rank = comm().rank();
   if (want.size() != got.size()) {
     return ::testing::AssertionFailure() << "rank " << rank << ": " << what << " has " << got.size()
@@ -45,7 +65,8 @@ template <typename T>
   }
   if (wrong == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "rank " << rank << ": " << what << "["
-                                       << static_cast<std::int64_t>(first) + offset << "] expected " << want[first]
+                                       << static_cast<std::int64_t>(first) + offset << "]"
+                                       << shaped_index(first, want.size(), shape) << " expected " << want[first]
                                        << " (" << oracle << ") got " << got[first] << " (" << wrong << " of "
                                        << want.size() << " elements differ by more than " << tol.abs << " + "
                                        << tol.rel << " |expected|; largest difference " << worst << ")";
@@ -55,14 +76,14 @@ template <typename T>
 
 ::testing::AssertionResult close_to(const std::vector<float>& want, const std::vector<float>& got,
                                     const std::string& what, Tolerance tol, const std::string& oracle,
-                                    std::int64_t offset) {
-  return close_to_impl(want, got, what, tol, oracle, offset);
+                                    std::int64_t offset, const std::vector<std::int64_t>& shape) {
+  return close_to_impl(want, got, what, tol, oracle, offset, shape);
 }
 
 ::testing::AssertionResult close_to(const std::vector<double>& want, const std::vector<double>& got,
                                     const std::string& what, Tolerance tol, const std::string& oracle,
-                                    std::int64_t offset) {
-  return close_to_impl(want, got, what, tol, oracle, offset);
+                                    std::int64_t offset, const std::vector<std::int64_t>& shape) {
+  return close_to_impl(want, got, what, tol, oracle, offset, shape);
 }
 
 }  // namespace dtl::testing

@@ -65,18 +65,21 @@ struct Tolerance {
 /// @brief Whether `got` equals `want` within `tol`, element by element.
 ///
 /// A failure names the rank, `what`, the first element that differs (counting from
-/// `offset`), expected (from `oracle`) against got, how many differ and the largest
-/// difference; a NaN never passes.
+/// `offset`; also as one index per dimension when `shape` is given), expected (from
+/// `oracle`) against got, how many differ and the largest difference; a NaN never passes.
 /// @param[in] want the oracle's values.
 /// @param[in] got the values under test.
 /// @param[in] what what the values are, for the message.
 /// @param[in] tol the tolerance.
 /// @param[in] oracle where `want` comes from, for the message ("one process, whole batch").
 /// @param[in] offset the index of want[0] in what the message counts (a slice of a flat model).
+/// @param[in] shape the values' shape, row-major (empty: flat only; ignored unless its
+///            product is the element count).
 /// @return success, or a failure with the message above.
 ::testing::AssertionResult close_to(const std::vector<float>& want, const std::vector<float>& got,
                                     const std::string& what, Tolerance tol = {},
-                                    const std::string& oracle = "one process, whole batch", std::int64_t offset = 0);
+                                    const std::string& oracle = "one process, whole batch", std::int64_t offset = 0,
+                                    const std::vector<std::int64_t>& shape = {});
 /// @brief close_to() for f64 values.
 /// @param[in] want the oracle's values.
 /// @param[in] got the values under test.
@@ -84,10 +87,12 @@ struct Tolerance {
 /// @param[in] tol the tolerance.
 /// @param[in] oracle where `want` comes from, for the message.
 /// @param[in] offset the index of want[0] in what the message counts.
+/// @param[in] shape the values' shape, as for the f32 close_to().
 /// @return success, or a failure naming the first element that differs.
 ::testing::AssertionResult close_to(const std::vector<double>& want, const std::vector<double>& got,
                                     const std::string& what, Tolerance tol = {},
-                                    const std::string& oracle = "one process, whole batch", std::int64_t offset = 0);
+                                    const std::string& oracle = "one process, whole batch", std::int64_t offset = 0,
+                                    const std::vector<std::int64_t>& shape = {});
 
 /// @brief The bytes of a tensor's elements (any dtype), for bit-exact comparisons.
 /// (Inline: the testing objects link into binaries without harness/nn.)

@@ -12,6 +12,7 @@
 #include "harness/json.h"
 #include "harness/testing/mpi_test.h"
 #include "harness/testing/mpi_tracer.h"
+#include "harness/testing/training_fixtures.h"
 
 namespace {
 
@@ -342,6 +343,19 @@ TEST(Checks, BuffersEqualNamesRankIndexExpectedAndGot) {
   EXPECT_TRUE(dtl::testing::buffers_equal(expected, expected, "same"));
   const std::vector<int> shorter{1, 2};
   EXPECT_FALSE(dtl::testing::buffers_equal(expected, shorter, "short"));
+}
+
+TEST(Checks, CloseToNamesTheIndexPerDimensionWhenGivenTheShape) {
+  std::vector<double> want(2 * 3 * 4, 1.0), got = want;
+  got[17] = 5.0;  // [1, 1, 1] of 2 x 3 x 4
+  const auto shaped = dtl::testing::close_to(want, got, "y", {}, "the oracle", 0, {2, 3, 4});
+  EXPECT_FALSE(shaped);
+  EXPECT_THAT(shaped.message(), HasSubstr(": y[17] (at [1, 1, 1] of 2 x 3 x 4) expected 1 (the oracle) got 5"));
+  // No shape, or one that does not describe the values: the flat index alone.
+  for (const std::vector<std::int64_t>& shape : {std::vector<std::int64_t>{}, std::vector<std::int64_t>{5, 5}}) {
+    const auto flat = dtl::testing::close_to(want, got, "y", {}, "the oracle", 0, shape);
+    EXPECT_THAT(flat.message(), HasSubstr(": y[17] expected 1 (the oracle) got 5"));
+  }
 }
 
 TEST(Checks, AllRanksIsCollectiveAnd) {

@@ -64,10 +64,11 @@ inline void check_overlapped(const nn::Shape& lead, std::int64_t in, std::int64_
   const nn::Tensor dx_full = full.backward(dy, {}).clone(nn::MemoryCategory::kOther);
 
   const nn::Tensor x_mine = tensor_of(rows_by(lead, in / T), column_slice(x, T, r), dtype);
-  EXPECT_TRUE(close_to(y_full, values(layer->forward(x_mine)),
-                       "y, every rank's chunks summed plus the bias (" + what + ")", tol));
+  const nn::Tensor& y = layer->forward(x_mine);
+  EXPECT_TRUE(close_to(y_full, values(y), "y, every rank's chunks summed plus the bias (" + what + ")", tol, y.shape()));
   const nn::Tensor& dx = layer->backward(dy, {});
-  EXPECT_TRUE(close_to(column_slice(dx_full, T, r), values(dx), "this rank's columns of dx (" + what + ")", tol));
+  EXPECT_TRUE(close_to(column_slice(dx_full, T, r), values(dx), "this rank's columns of dx (" + what + ")", tol,
+                       dx.shape()));
   const std::vector<nn::Parameter*> params = layer->parameters();
   EXPECT_TRUE(close_to(column_slice(full.weight().grad, T, r), values(params[0]->grad),
                        "this rank's columns of dW (" + what + ")", tol));
@@ -279,8 +280,10 @@ inline void check_overlapped_sp(const nn::Shape& shape, std::int64_t out, bool b
   local.back() = in / T;
   const nn::Tensor x_mine = tensor_of(local, column_slice(x, T, r), dtype);
   tp.record.clear();
-  EXPECT_TRUE(close_to(y_mine, values(layer->forward(x_mine)),
-                       "y, this rank's tokens, every rank's chunks summed plus the bias (" + what + ")", tol));
+  const nn::Tensor& y = layer->forward(x_mine);
+  EXPECT_TRUE(close_to(y_mine, values(y),
+                       "y, this rank's tokens, every rank's chunks summed plus the bias (" + what + ")", tol,
+                       y.shape()));
   const std::int64_t n = x.numel() / in / T;  // this rank's rows of y
   EXPECT_EQ(static_cast<std::int64_t>(tp.record.ops().size()), std::min<std::int64_t>(chunks, n))
       << what << ": one reduce-scatter per chunk in forward, min(chunks, B S/T); issued " << describe(tp.record);
@@ -290,10 +293,11 @@ inline void check_overlapped_sp(const nn::Shape& shape, std::int64_t out, bool b
   const nn::Tensor& dx = layer->backward(dy_mine, {});
   EXPECT_TRUE(ops_are(tp.record, {CollectiveKind::kAllgather}, {static_cast<std::size_t>(dy_mine.numel())},
                       "the overlapped sequence-parallel backward (one all-gather of dy, given)"));
-  EXPECT_TRUE(close_to(column_slice(dx_full, T, r), values(dx), "this rank's columns of dx (" + what + ")", tol));
+  EXPECT_TRUE(close_to(column_slice(dx_full, T, r), values(dx), "this rank's columns of dx (" + what + ")", tol,
+                       dx.shape()));
   const std::vector<nn::Parameter*> params = layer->parameters();
   EXPECT_TRUE(close_to(column_slice(full.weight().grad, T, r), values(params[0]->grad),
-                       "this rank's columns of dW (" + what + ")", tol));
+                       "this rank's columns of dW (" + what + ")", tol, params[0]->grad.shape()));
   if (bias) {
     std::vector<double> db(static_cast<std::size_t>(out), 0.0);
     const std::vector<double> d = values(dy_mine);

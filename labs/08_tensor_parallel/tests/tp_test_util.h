@@ -192,10 +192,11 @@ inline BlockActivations measure_activations(nn::Layer& block, const nn::Tensor& 
 // ---------------------------------------------------------------------------
 
 /// |got - want| <= tol (1 + |want|) everywhere (dtl::testing::close_to()); a failure
-/// names the rank, the first wrong element, expected against got, and how many differ.
+/// names the rank, the first wrong element (also per dimension of `shape`, when given),
+/// expected against got, and how many differ.
 inline ::testing::AssertionResult close_to(const std::vector<double>& want, const std::vector<double>& got,
-                                           const std::string& what, double tol = kTol) {
-  return dtl::testing::close_to(want, got, what, {tol, tol}, "the unsplit layer");
+                                           const std::string& what, double tol = kTol, const nn::Shape& shape = {}) {
+  return dtl::testing::close_to(want, got, what, {tol, tol}, "the unsplit layer", 0, shape);
 }
 
 /// A description of the recorded operations, for failure messages.
