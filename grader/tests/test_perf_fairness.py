@@ -19,7 +19,8 @@
 - ranks kept from their cores (Note [Ranks kept from their cores]): the run
   delay of real processes (two busy ones sharing a CPU wait half the time,
   sleeping ones not at all), a run whose ranks waited too long is void unless
-  its item counts bytes, and a void run leaves the item out at once;
+  its item counts bytes; a pair whose reference run was void is measured again,
+  a second one leaves the item out, and the submission's own runs never void;
 - what a speed row reports: the ratio with its interval and the spread in the
   printed table and in results.json (extra_data), no Gradescope status when too
   noisy.
@@ -478,23 +479,51 @@ class TestKeptFromCores(unittest.TestCase):
         (value, why), _ = self.bench_value(self.BUSY, timed=False)
         self.assertIn("no result", why)
 
-    def test_a_void_run_leaves_the_item_out_at_once(self):
-        fake = FakeBench(reference=[1.0, 1.0, 1.0, 1.0], submission=[1.0, 1.0])
+    def measure_kept(self, kept_calls: set[int], submission: float = 1.0):
+        """measure= for score_perf(): reference 1.0, submission `submission`; the calls
+        numbered in `kept_calls` (1, 2, ...: reference, submission, reference, ...)
+        raise KeptFromCores, carrying the value they measured."""
         calls = []
 
         def measure(binary, it, ranks, work, log):
-            calls.append(binary)
-            if len(calls) == 5:  # pair 2, the submission's run
-                raise perf.KeptFromCores("a rank of lab99_bench waited for a CPU 51% of its 2.0 s")
-            return fake(binary, it, ranks, work, log)
+            calls.append(binary.name)
+            value = 1.0 if binary.name == "reference" else submission
+            if len(calls) in kept_calls:
+                raise perf.KeptFromCores(f"a rank of {binary.name}_bench waited for a CPU 51% of its 2.0 s", value, "")
+            return value, ""
+        return measure, calls
 
-        result = perf.score_perf(item(), 2, Path("student"), Path("reference"), self.folder, lambda s: None,
-                                 measure=measure)
-        self.assertEqual(len(calls), 5)
+    def score(self, measure, **kw):
+        return perf.score_perf(item(**kw), 2, Path("submission"), Path("reference"), self.folder, lambda s: None,
+                               measure=measure)
+
+    def test_reference_runs_kept_from_their_cores_twice_leave_the_item_out(self):
+        # Pair 2's first reference run (call 4), then pair 3's last one (calls 5-7 are pair
+        # 2 again, 8-10 pair 3): two voided pairs.
+        measure, calls = self.measure_kept({4, 10})
+        result = self.score(measure)
+        self.assertEqual(len(calls), 10)
         self.assertEqual((result.status, result.score), (perf.TOO_NOISY, 0.0))
-        self.assertEqual(result.details["verdict"], "kept from cores")
-        self.assertIn("In pair 2, the submission's run: a rank of lab99_bench waited for a CPU 51%", result.output)
+        self.assertEqual((result.details["verdict"], result.details["voided"]), ("kept from cores", 2))
+        self.assertIn("pair 2's reference run: a rank of reference_bench waited for a CPU 51%", result.output)
+        self.assertIn("pair 3's reference run:", result.output)
         self.assertIn("pair 1: reference 1.000, submission 1.000", result.output)
+
+    def test_one_voided_pair_is_measured_again(self):
+        measure, calls = self.measure_kept({4})
+        result = self.score(measure)
+        self.assertEqual((result.status, result.score), ("passed", 5.0))
+        self.assertEqual(result.details["pairs"], 5)
+        self.assertEqual(len(calls), 3 * 5 + 1)  # the voided pair cost its one run
+
+    def test_the_submission_cannot_void_its_own_runs(self):
+        # A submission whose every run starves its own ranks (its threads, its affinity)
+        # is measured as it ran, and scored: not left out of the total.
+        measure, calls = self.measure_kept({2, 5, 8, 11, 14}, submission=4.0)
+        result = self.score(measure)
+        self.assertEqual((result.status, result.score), ("failed", 0.0))
+        self.assertEqual(result.details["verdict"], "scored")
+        self.assertIn("(pair 1: the submission's run: a rank of submission_bench waited for a CPU 51%", result.output)
 
 
 class TestReported(unittest.TestCase):

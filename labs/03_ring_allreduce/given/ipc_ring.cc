@@ -41,41 +41,47 @@
 namespace dtl::lab03 {
 namespace {
 
-// The driver's stream memory operations, found once (none where there is no driver).
+// The driver's stream memory operations, looked up once per process (none where
+// there is no driver); whether a device supports them is asked per ring.
 struct StreamMemOps {
   PFN_cuStreamWriteValue64_v11070 write = nullptr;
   PFN_cuStreamWaitValue64_v11070 wait = nullptr;
-  std::string why_not;  // empty when both were found and the device supports them
+  PFN_cuDeviceGetAttribute_v2000 attribute = nullptr;
 };
 
-StreamMemOps find_stream_mem_ops(int device) {
-  StreamMemOps ops;
-  cudaDriverEntryPointQueryResult found{};
-  void* write = nullptr;
-  void* wait = nullptr;
-  void* attribute = nullptr;
-  if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", &write, 11070, cudaEnableDefault, &found) !=
-          cudaSuccess ||
-      found != cudaDriverEntryPointSuccess ||
-      cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &wait, 11070, cudaEnableDefault, &found) !=
-          cudaSuccess ||
-      found != cudaDriverEntryPointSuccess ||
-      cudaGetDriverEntryPointByVersion("cuDeviceGetAttribute", &attribute, 2000, cudaEnableDefault, &found) !=
-          cudaSuccess ||
-      found != cudaDriverEntryPointSuccess) {
+const StreamMemOps& stream_mem_ops() {
+  static const StreamMemOps ops = [] {
+    StreamMemOps found_ops;
+    void* write = nullptr;
+    void* wait = nullptr;
+    void* attribute = nullptr;
+    const auto find = [](const char* name, void** fn, unsigned version) {
+      cudaDriverEntryPointQueryResult found{};
+      return cudaGetDriverEntryPointByVersion(name, fn, version, cudaEnableDefault, &found) == cudaSuccess &&
+             found == cudaDriverEntryPointSuccess;
+    };
+    if (find("cuStreamWriteValue64", &write, 11070) && find("cuStreamWaitValue64", &wait, 11070) &&
+        find("cuDeviceGetAttribute", &attribute, 2000)) {
+      found_ops.write = reinterpret_cast<PFN_cuStreamWriteValue64_v11070>(write);
+      found_ops.wait = reinterpret_cast<PFN_cuStreamWaitValue64_v11070>(wait);
+      found_ops.attribute = reinterpret_cast<PFN_cuDeviceGetAttribute_v2000>(attribute);
+    }
     cudaGetLastError();  // a failed lookup is not an error of the next CUDA call
-    ops.why_not = "the CUDA driver does not provide cuStreamWriteValue64/cuStreamWaitValue64";
-    return ops;
-  }
-  int supported = 0;
-  const auto get = reinterpret_cast<PFN_cuDeviceGetAttribute_v2000>(attribute);
-  if (get(&supported, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, device) != CUDA_SUCCESS || !supported) {
-    ops.why_not = "device " + std::to_string(device) + " does not support 64-bit stream memory operations";
-    return ops;
-  }
-  ops.write = reinterpret_cast<PFN_cuStreamWriteValue64_v11070>(write);
-  ops.wait = reinterpret_cast<PFN_cuStreamWaitValue64_v11070>(wait);
+    return found_ops;
+  }();
   return ops;
+}
+
+// Why `device` cannot run task G2's flags, or "" when it can.
+std::string why_no_stream_mem_ops(int device) {
+  const StreamMemOps& ops = stream_mem_ops();
+  if (ops.write == nullptr) return "the CUDA driver does not provide cuStreamWriteValue64/cuStreamWaitValue64";
+  int supported = 0;
+  if (ops.attribute(&supported, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, device) != CUDA_SUCCESS ||
+      !supported) {
+    return "device " + std::to_string(device) + " does not support 64-bit stream memory operations";
+  }
+  return "";
 }
 
 void check(CUresult rc, const char* what) {
@@ -174,8 +180,11 @@ IpcRing<T>::~IpcRing() {
   // Errors are ignored: destructors never throw. Close our mappings of the
   // neighbours' buffers; then wait until every rank has closed its mappings of
   // ours, and only then free it (buf_'s destructor, after this body): freeing
-  // exported memory that a peer still has mapped is undefined behaviour.
+  // exported memory that a peer still has mapped is undefined behaviour. First
+  // this rank's stream ends: task G2 returns with its kernels still queued, and
+  // they read and write the mapped buffers (and, after a failed call, run on).
   if (left_ == nullptr) return;  // nothing was mapped (one rank, count 0, or a failed constructor)
+  cudaStreamSynchronize(stream());
   if (right_ != left_) cudaIpcCloseMemHandle(right_);
   cudaIpcCloseMemHandle(left_);
   MPI_Barrier(comm_);
@@ -190,16 +199,24 @@ void IpcRing<T>::allreduce(bool fuse, IpcSync sync) {
     detail::run_ipc_ring(comm_, rank_, world_size_, count_, fuse, data(), left_, right_, ops);
     return;
   }
-  static const StreamMemOps mem = find_stream_mem_ops(device_);
+  if (broken_) throw Error("IpcRing::allreduce(IpcSync::kFlags): an earlier call failed, and its flags released "
+                           "every wait (kFlagAbandoned); make a new ring");
   if (calls_ == 0) {  // once per ring: every rank can, or all throw
-    const std::string failure = mem.why_not.empty() ? "" : "IpcRing::allreduce(IpcSync::kFlags): " + mem.why_not;
-    agree(comm_, failure, "IpcRing::allreduce(IpcSync::kFlags): another rank's GPU has no stream memory operations");
+    const std::string why_not = why_no_stream_mem_ops(device_);
+    agree(comm_, why_not.empty() ? "" : "IpcRing::allreduce(IpcSync::kFlags): " + why_not,
+          "IpcRing::allreduce(IpcSync::kFlags): another rank's GPU has no stream memory operations");
   }
-  ops.mem = &mem;
+  ops.mem = &stream_mem_ops();
   ops.mine = flag_in<T>(buf_.data(), count_);
   ops.left = flag_in<T>(left_, count_);
   ops.right = flag_in<T>(right_, count_);
-  detail::run_ipc_ring_flags(comm_, rank_, world_size_, count_, fuse, data(), left_, right_, ops, calls_++);
+  try {
+    detail::run_ipc_ring_flags(comm_, rank_, world_size_, count_, fuse, data(), left_, right_, ops, calls_);
+  } catch (const Error&) {
+    broken_ = true;
+    throw;
+  }
+  ++calls_;
 }
 
 template class IpcRing<float>;

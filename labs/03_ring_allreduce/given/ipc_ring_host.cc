@@ -302,9 +302,17 @@ template <GpuElement T>
 void IpcRingHost<T>::allreduce(bool fuse, IpcSync sync) {
   if (sync == IpcSync::kHost) {
     detail::run_ipc_ring(comm_, rank_, world_size_, count_, fuse, mine_, left_, right_, *stream_);
-  } else {
-    detail::run_ipc_ring_flags(comm_, rank_, world_size_, count_, fuse, mine_, left_, right_, *stream_, calls_++);
+    return;
   }
+  if (broken_) throw Error("IpcRingHost::allreduce(IpcSync::kFlags): an earlier call failed, and its flags released "
+                           "every wait (kFlagAbandoned); make a new ring");
+  try {
+    detail::run_ipc_ring_flags(comm_, rank_, world_size_, count_, fuse, mine_, left_, right_, *stream_, calls_);
+  } catch (const Error&) {
+    broken_ = true;
+    throw;
+  }
+  ++calls_;
 }
 
 template class IpcRingHost<float>;

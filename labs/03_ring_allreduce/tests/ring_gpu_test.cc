@@ -283,8 +283,9 @@ TYPED_TEST(IpcRingGpu, MatchesMpiAllreduce) {
 
 // Task G2 on the GPU: step flags as cuStreamWriteValue64/cuStreamWaitValue64
 // (IpcSync::kFlags). Two calls per ring, each uploaded and read back on the
-// ring's stream, with no host barrier between them: a rank's second upload is
-// ordered only by its stream's exit waits on its neighbours' flags. Not graded
+// ring's stream. A rank's read-back waits for its own stream only, so what it
+// reads, and its next upload, are ordered after its neighbours' work by nothing
+// but the flags (the loop's one agreement per call orders the hosts, not the GPU). Not graded
 // (task G2's points come from the CPU stand-in, IpcRingHostFlags/*): this checks
 // the given GPU half of it.
 template <typename T>

@@ -180,8 +180,8 @@ void run_ipc_ring_flags(MPI_Comm comm, int rank, int world_size, std::size_t cou
       // its left before each step, so with my left at stage s-1, its left is at s-2,
       // and so on around the ring to my right, at s-(P-1) (at P = 2 the right is the
       // left). A chunk of mine that the right reads at its step s' I overwrite next at
-      // step s'+P-1, and what the fused step writes into its buffer it last read at
-      // step 0: both are behind it by then.
+      // step s'+P-1; the chunk the fused step writes into the right's buffer was last
+      // read by the rank after it, at step 0. Both reads are done by then.
       stream.wait_for(Neighbour::kLeft, base + 1 + step);
       // The job depends on the step only, so every rank skips the same steps, and a
       // skipped step still signals: the next step waits for it.

@@ -348,7 +348,7 @@ enum class Neighbour { kLeft, kRight };
 /// stream waits forever for a step that will not come (task G2): above any
 /// value a call waits for (flags compare cyclically, as signed 64-bit
 /// differences, so it is 2^62 and not the largest value). After it the ring
-/// cannot be used again.
+/// cannot be used again: the rings' allreduce() refuses, and says so.
 inline constexpr std::uint64_t kFlagAbandoned = std::uint64_t{1} << 62;
 
 /// @brief A ring allreduce across the processes of an MPI communicator, each
@@ -422,6 +422,7 @@ class IpcRing {
   T* left_ = nullptr;   // the left neighbour's buffer, mapped into this process
   T* right_ = nullptr;  // the right neighbour's (the same mapping as left_ when P = 2)
   std::uint64_t calls_ = 0;  // task G2's calls so far: each call's flag values lie above the last one's
+  bool broken_ = false;      // a G2 call failed: its flags released every wait, so no call may follow
 };
 
 /// @brief Where a rank's step flag lies in its ring allocation: after `count`
@@ -528,6 +529,7 @@ class IpcRingHost {
   T* left_ = nullptr;
   T* right_ = nullptr;
   std::uint64_t calls_ = 0;  // task G2's calls so far
+  bool broken_ = false;      // a G2 call failed (see IpcRing)
   std::unique_ptr<Stream> stream_;
 };
 
