@@ -47,10 +47,11 @@
 namespace dtl::lab03 {
 namespace {
 
-// How long a stream's wait_for() spins before it gives up: far beyond any step of
-// the tests (their slow ranks lag 15 ms a piece), short enough to report a
-// deadlock within a test's time limit.
-constexpr std::chrono::seconds kFlagWaitLimit{30};
+// How long a stream's wait_for() spins before it gives up: far beyond any wait of
+// the tests (their slow ranks lag 10-15 ms a piece; a whole test at 8 ranks on 2
+// cores takes under 2 s), short enough that a loop that deadlocks learns it in
+// seconds, test after test.
+constexpr std::chrono::seconds kFlagWaitLimit{10};
 
 // A worker thread that runs queued work in order; each piece starts `delay`
 // after the thread takes it. The first exception is kept and rethrown by wait(),

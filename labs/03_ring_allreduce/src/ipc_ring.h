@@ -104,8 +104,8 @@ void run_ipc_ring(MPI_Comm comm, int rank, int world_size, std::size_t count, bo
 // On a GPU these are cuStreamWriteValue64 and cuStreamWaitValue64, done by the
 // GPU's front end between kernels (no kernel spins, no host involved); in the CPU
 // stand-in, an atomic store and a spin of the stream's thread. The host queues the
-// whole call and returns. A flag only ever grows, over calls too, so "my flag is at
-// least v" means "every stage I numbered up to v is done". Only a rank's two
+// whole call and returns. A flag starts at 0 and only ever grows, over calls too, so
+// "my flag is at least v" means "every stage I numbered up to v is done". Only a rank's two
 // neighbours touch its buffer, so no rank needs to hear from any other.
 
 /// @brief Task G2: the 2(P-1) steps of task G's ring, ordered by step flags on the
@@ -125,7 +125,8 @@ void run_ipc_ring(MPI_Comm comm, int rank, int world_size, std::size_t count, bo
 /// @param[in] stream this rank's stream.
 /// @param[in] call how many times this ring ran this loop before (0, 1, 2, ...), the
 ///            same on every rank: every flag value of this call must lie above every
-///            value of the calls before it, and below kFlagAbandoned.
+///            value of the calls before it, and above 0 (each flag's value before the
+///            first call), and below kFlagAbandoned (2^62: no ring makes that many calls).
 /// @throws Error on every rank when queuing failed on any rank.
 template <typename T, typename Stream>
 void run_ipc_ring_flags(MPI_Comm comm, int rank, int world_size, std::size_t count, bool fuse, T* mine,
@@ -134,10 +135,11 @@ void run_ipc_ring_flags(MPI_Comm comm, int rank, int world_size, std::size_t cou
   // TODO(student): Contract: what run_ipc_ring() guarantees, in stream order: once this rank's stream
   //   has run what this call queued, `mine` holds the sum and no neighbour still reads or
   //   writes it, so whatever the caller queues next on the stream may read or refill it.
-  //   The host queues the work and returns: no stream.wait(), and one agree() at most.
-  //   Order every hazard of Note [Cross-process hazards] with signal() and wait_for()
-  //   (Note [Step flags]): number the stages of a call so that a flag at least v says
-  //   "done up to v", using `call` to keep the calls apart. A rank whose queuing fails
+  //   The host queues the work and returns: no stream.wait(), and exactly one agree(),
+  //   after queuing (it orders the hosts, not the streams). Order every hazard of Note
+  //   [Cross-process hazards] with signal() and wait_for() (Note [Step flags]): number
+  //   the stages of a call so that a flag at least v says "done up to v"; every flag is 0
+  //   before the first call, and `call` keeps the calls apart. A rank whose queuing fails
   //   must release its neighbours' streams (kFlagAbandoned) and every rank must throw.
   //   Handout: part 2, G2.
   throw dtl::NotImplemented("run_ipc_ring_flags");

@@ -502,7 +502,7 @@ class IpcRingHost {
   ///
   /// IpcSync::kHost runs task G's loop, IpcSync::kFlags task G2's: its signal is
   /// an atomic store to this rank's flag in the window and its wait_for a spin of
-  /// the stream's thread on a neighbour's (at most 30 s, then the stream fails,
+  /// the stream's thread on a neighbour's (at most 10 s, then the stream fails,
   /// naming the neighbour and the value it waited for). Read the sum with download().
   /// @param[in] fuse whether to fold step P-1 into step P-2.
   /// @param[in] sync task G's host handshakes or task G2's step flags.
