@@ -247,14 +247,15 @@ def row_value(rows: list[dict], item: PerfItem) -> tuple[float | None, str]:
 # changes (bytes) say `timed = false` and are never judged.
 #
 # Measured (the reference's speed rows of labs 01 and 03-08, 2 cores, 3 runs
-# each): on a quiet machine the ranks waited at most 12% (lab 03, whose ranks'
-# progress threads share their cores; labs 04-06, which sleep on an emulated
-# link, 0.5-3%); with the tests' spinner beside them (UNDER_LOAD, 84-96% of a
-# core), 34-67% in the rows that compute or poll (labs 01, 03, 07, 08: lab 07's
-# step took 2.3x as long) and 4-7% in those that sleep (labs 04, 06: ratios as
-# on a quiet machine, so they are still graded). MAX_CPU_WAIT lies between.
+# each; labs 02 and 09 need 3 cores): on a quiet machine the ranks waited at
+# most 14% (lab 03, whose ranks' progress threads share their cores; labs 04-08
+# at most 2.5%); with the tests' spinner beside them (UNDER_LOAD, 80-98% of a
+# core), 33-70% in the rows that compute or poll (labs 01, 03, 07, 08: lab 07's
+# step took 2.3x as long) and 4-14% in those that sleep on an emulated link
+# (labs 04-06, still graded, the noise guard judging their ratios).
+# MAX_CPU_WAIT lies between.
 
-MAX_CPU_WAIT = 0.2       # of a rank's time after its start-up: more, and the run timed the scheduler
+MAX_CPU_WAIT = 0.25      # of a rank's time after its start-up: more, and the run timed the scheduler
 STARTUP_SECONDS = 0.2    # a rank's first moments (MPI_Init, beside mpirun and its sibling starting), not counted
 MAX_VOIDED_PAIRS = 2     # pairs whose reference run was kept from its cores: at the second, the item is left out
 WAIT_SAMPLE_SECONDS = 0.05
