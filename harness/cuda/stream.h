@@ -9,6 +9,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
+#include <thread>
 #include <utility>
 
 #include "harness/cuda/check.h"
@@ -51,6 +53,24 @@ class Stream {
  private:
   cudaStream_t stream_ = nullptr;
 };
+
+/// @brief Waits for everything queued on `stream`, as cudaStreamSynchronize does, but
+/// at most `seconds`: for work that waits on other processes (lab 03's step flags),
+/// where a wait that is never met would otherwise block the host forever.
+/// @param[in] stream the stream.
+/// @param[in] seconds the most to wait.
+/// @return true once the stream has finished; false if it had not after `seconds`.
+/// @throws CudaError if the stream reports an error.
+inline bool synchronize_within(cudaStream_t stream, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    const cudaError_t rc = cudaStreamQuery(stream);
+    if (rc == cudaSuccess) return true;
+    if (rc != cudaErrorNotReady) DTL_CUDA_CHECK(rc);
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
 
 /// @brief A CUDA event owned by this object: move-only, destroyed in the destructor.
 class Event {

@@ -279,6 +279,15 @@ struct Placement {
 };
 Placement g_place;
 
+// Task G2's row waits on other processes' flags: a wait never met would hang every
+// rank (and the GPU session), so each call gets 20 s, then the job ends saying why.
+void finish_within_or_abort(cudaStream_t stream) {
+  if (dtl::cuda::synchronize_within(stream, 20.0)) return;
+  std::fprintf(stderr, "rank %d: GpuIpcRingFlags: the ring's stream did not finish within 20 s: a step-flag wait "
+               "was never met; aborting the job\n", comm().rank());
+  MPI_Abort(MPI_COMM_WORLD, 3);
+}
+
 void ipc_ring_row(benchmark::State& state, std::size_t bytes, lab::IpcSync sync) {
   const std::size_t count = bytes / sizeof(float);
   const int p = comm().size();
@@ -287,6 +296,7 @@ void ipc_ring_row(benchmark::State& state, std::size_t bytes, lab::IpcSync sync)
   // were wrong): every rank's buffer holds the closed-form sum of fill()'s values.
   fill(ring.data(), count, comm().rank(), ring.stream());
   ring.allreduce(true, sync);
+  finish_within_or_abort(ring.stream());
   double wrong = 0;
   {
     const std::vector<float> got = dtl::cuda::download(ring.data(), count, ring.stream());
@@ -303,7 +313,7 @@ void ipc_ring_row(benchmark::State& state, std::size_t bytes, lab::IpcSync sync)
     ring.allreduce(true, sync);  // task G: ends with an agreement, all ranks done
     // Task G2 returns once queued; its stream is done once the neighbours' last
     // steps are (its exit waits), and the timer takes the slowest rank.
-    if (sync == lab::IpcSync::kFlags) DTL_CUDA_CHECK(cudaStreamSynchronize(ring.stream()));
+    if (sync == lab::IpcSync::kFlags) finish_within_or_abort(ring.stream());
   };
 #if DTL_HAVE_NCCL
   std::optional<dtl::NcclComm> nccl;
