@@ -6,12 +6,15 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "harness/testing/mpi_test.h"
 
 namespace lab03_test {
 
@@ -71,6 +74,29 @@ template <typename T>
   return ::testing::AssertionFailure() << what << ": " << wrong << " of " << expected.size()
                                        << " elements differ; first at index " << first << ": expected "
                                        << to_float(expected[first]) << ", got " << to_float(got[first]);
+}
+
+// This rank's input (small_int() values of `seed`) and the sum over every rank of the
+// test's communicator, by MPI_Allreduce on float copies (exact: small integers).
+// Collective.
+template <typename T>
+struct Inputs {
+  std::vector<T> mine, want;
+};
+
+template <typename T>
+Inputs<T> inputs(std::size_t count, int seed) {
+  Inputs<T> in;
+  in.mine.resize(count);
+  std::vector<float> mine_f(count), sum_f(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    in.mine[i] = small_int<T>(i, seed);
+    mine_f[i] = to_float(in.mine[i]);
+  }
+  MPI_Allreduce(mine_f.data(), sum_f.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, dtl::testing::comm());
+  in.want.resize(count);
+  for (std::size_t i = 0; i < count; ++i) in.want[i] = from_float<T>(sum_f[i]);
+  return in;
 }
 
 }  // namespace lab03_test

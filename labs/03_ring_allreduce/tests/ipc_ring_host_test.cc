@@ -37,27 +37,6 @@ using namespace lab03_test;
 using dtl::testing::comm;
 namespace lab = dtl::lab03;
 
-// Rank `seed`'s input (small integers) and the sum over all ranks, by MPI.
-template <typename T>
-struct Inputs {
-  std::vector<T> mine, want;
-};
-
-template <typename T>
-Inputs<T> inputs(std::size_t count, int seed) {
-  Inputs<T> in;
-  in.mine.resize(count);
-  std::vector<float> mine_f(count), sum_f(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    in.mine[i] = small_int<T>(i, seed);
-    mine_f[i] = to_float(in.mine[i]);
-  }
-  MPI_Allreduce(mine_f.data(), sum_f.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm());
-  in.want.resize(count);
-  for (std::size_t i = 0; i < count; ++i) in.want[i] = from_float<T>(sum_f[i]);
-  return in;
-}
-
 std::string what(std::size_t count, bool fuse, lab::IpcSync sync, const lab::HostDelay& delay = {}) {
   std::string text = "rank " + std::to_string(comm().rank()) + " of " + std::to_string(comm().size()) + ", count " +
                      std::to_string(count) + (fuse ? ", fused" : "") +

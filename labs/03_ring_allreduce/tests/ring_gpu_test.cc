@@ -261,18 +261,10 @@ TYPED_TEST(IpcRingGpu, MatchesMpiAllreduce) {
       // Every rank reaches every collective below, whatever the checks find
       // (EXPECT, never ASSERT, before a collective).
       lab::IpcRing<T> ring(comm(), count, rank % gpus);
-      std::vector<T> mine(count);
-      std::vector<float> mine_f(count), sum_f(count);
-      for (std::size_t i = 0; i < count; ++i) {
-        mine[i] = small_int<T>(i, rank);
-        mine_f[i] = to_float(mine[i]);
-      }
-      MPI_Allreduce(mine_f.data(), sum_f.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm());
-      std::vector<T> want(count);
-      for (std::size_t i = 0; i < count; ++i) want[i] = from_float<T>(sum_f[i]);
-      to_device(ring.data(), mine, ring.stream());
+      const Inputs<T> in = inputs<T>(count, rank);
+      to_device(ring.data(), in.mine, ring.stream());
       ring.allreduce(fuse);
-      EXPECT_TRUE(same_bits(want, to_host<T>(ring.data(), count, ring.stream()),
+      EXPECT_TRUE(same_bits(in.want, to_host<T>(ring.data(), count, ring.stream()),
                             "rank " + std::to_string(rank) + ", count " + std::to_string(count) +
                                 (fuse ? ", fused" : "")));
       // The ring's destructor (collective) closes the mappings and waits for every
@@ -282,13 +274,6 @@ TYPED_TEST(IpcRingGpu, MatchesMpiAllreduce) {
   }
 }
 
-// Task G2 on the GPU: step flags as cuStreamWriteValue64/cuStreamWaitValue64
-// (IpcSync::kFlags). Two calls per ring, each uploaded and read back on the
-// ring's stream. A rank's read-back waits for its own stream only, so what it
-// reads, and its next upload, are ordered after its neighbours' work by nothing
-// but the flags (the loop's one agreement per call orders the hosts, not the GPU). Not graded
-// (task G2's points come from the CPU stand-in, IpcRingHostFlags/*): this checks
-// the given GPU half of it.
 // The step flags' waits depend on other processes: a wait that is never met (a
 // bug, or stream memory operations that do not work across processes sharing a
 // GPU) would block every rank's host forever and eat the GPU session. So each call
@@ -300,6 +285,13 @@ void finish_within_or_abort(cudaStream_t stream, const std::string& what) {
   MPI_Abort(MPI_COMM_WORLD, 3);
 }
 
+// Task G2 on the GPU: step flags as cuStreamWriteValue64/cuStreamWaitValue64
+// (IpcSync::kFlags). Two calls per ring, each uploaded and read back on the
+// ring's stream. A rank's read-back waits for its own stream only, so what it
+// reads, and its next upload, are ordered after its neighbours' work by nothing
+// but the flags (the loop's one agreement per call orders the hosts, not the
+// GPU). Not graded (task G2's points come from the CPU stand-in,
+// IpcRingHostFlags/*): this checks the given GPU half of it.
 template <typename T>
 class IpcRingFlagsGpu : public ::testing::Test {};
 TYPED_TEST_SUITE(IpcRingFlagsGpu, GpuTypes, TypeNames);
@@ -313,25 +305,15 @@ TYPED_TEST(IpcRingFlagsGpu, MatchesMpiAllreduceTwiceInARow) {
                             std::size_t{1} << 20}) {
     for (bool fuse : {false, true}) {
       lab::IpcRing<T> ring(comm(), count, rank % gpus);
-      std::vector<T> want[2], mine[2];
-      for (int round = 0; round < 2; ++round) {  // both oracles first: no MPI call between the calls
-        std::vector<float> mine_f(count), sum_f(count);
-        mine[round].resize(count);
-        for (std::size_t i = 0; i < count; ++i) {
-          mine[round][i] = small_int<T>(i, rank + 7 * round);
-          mine_f[i] = to_float(mine[round][i]);
-        }
-        MPI_Allreduce(mine_f.data(), sum_f.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm());
-        want[round].resize(count);
-        for (std::size_t i = 0; i < count; ++i) want[round][i] = from_float<T>(sum_f[i]);
-      }
+      // Both oracles first: no MPI call between the calls.
+      const Inputs<T> in[2] = {inputs<T>(count, rank), inputs<T>(count, rank + 7)};
       for (int round = 0; round < 2; ++round) {
         const std::string what = "rank " + std::to_string(rank) + ", count " + std::to_string(count) +
                                  (fuse ? ", fused" : "") + ", step flags, call " + std::to_string(round);
-        to_device(ring.data(), mine[round], ring.stream());
+        to_device(ring.data(), in[round].mine, ring.stream());
         ring.allreduce(fuse, lab::IpcSync::kFlags);
         finish_within_or_abort(ring.stream(), what);
-        EXPECT_TRUE(same_bits(want[round], to_host<T>(ring.data(), count, ring.stream()), what));
+        EXPECT_TRUE(same_bits(in[round].want, to_host<T>(ring.data(), count, ring.stream()), what));
       }
       MPI_Barrier(comm());
     }

@@ -164,11 +164,12 @@ void run_ipc_ring_flags(MPI_Comm comm, int rank, int world_size, std::size_t cou
   // | has run what this call queued, `mine` holds the sum and no neighbour still reads or
   // | writes it, so whatever the caller queues next on the stream may read or refill it.
   // | The host queues the work and returns: no stream.wait(), and exactly one agree(),
-  // | after queuing (it orders the hosts, not the streams). Order every hazard of Note
-  // | [Cross-process hazards] with signal() and wait_for() (Note [Step flags]): number
-  // | the stages of a call so that a flag at least v says "done up to v"; every flag is 0
-  // | before the first call, and `call` keeps the calls apart. A rank whose queuing fails
-  // | must release its neighbours' streams (kFlagAbandoned) and every rank must throw.
+  // | after queuing (it orders the hosts, not the streams). Every hazard of Note
+  // | [Cross-process hazards] is ordered by signal() and wait_for() (Note [Step flags]).
+  // | Flags only grow: a flag at least v means all that rank signalled up to v is done.
+  // | Every flag is 0 before the first call; this call's values lie above all earlier
+  // | calls' (`call` counts them) and below kFlagAbandoned. A rank whose queuing fails
+  // | releases its neighbours' streams (kFlagAbandoned), and every rank throws.
   // | Handout: part 2, G2.
   const auto steps = static_cast<std::uint64_t>(2 * (world_size - 1));
   // Stage 1 is "my input is in place", stage 2 + s "my step s is done": steps + 1 stages a call.
