@@ -166,6 +166,19 @@ class TestLab08Reference(helpers.GraderAssertions, unittest.TestCase):
                                                 "--gtest_filter=Overlap.ChunksAreIssuedAsTheyAreComputed")
             self.assertNotEqual(rc, 0, out[-3000:])
             self.assertIn("of x as it is now", out, out[-3000:])
+            # Each chunk's test() polled until it finishes before the next chunk: right results,
+            # nothing overlapped (Note [A spin is a wait]).
+            helpers.mutate_kept(self.work, "08", function, helpers.mutated_body(function, "08", (
+                "                                      ReduceOp::kSum));",
+                "                                      ReduceOp::kSum));\n"
+                "      while (!pending.back().test()) {\n      }  // fault: a spin is a wait")))
+            build = helpers.rebuild_kept(self.work, "08", "lab08_student_test")
+            self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
+            rc, out, _ = helpers.run_kept_tests(self.work, "08", 3,
+                                                "--gtest_filter=Overlap.ChunksAreIssuedAsTheyAreComputed")
+            self.assertNotEqual(rc, 0, out[-3000:])
+            self.assertIn("chunk 0's allreduce was waited for (or its test() polled until it finished)", out,
+                          out[-3000:])
         finally:  # the source back to the reference's
             helpers.mutate_kept(self.work, "08", function, helpers.reference_body(function, "08"))
 
@@ -197,7 +210,7 @@ class TestLab08Reference(helpers.GraderAssertions, unittest.TestCase):
             rc, out, _ = helpers.run_kept_tests(self.work, "08", 3,
                                                 "--gtest_filter=OverlapSequence.ChunksAreIssuedAsTheyAreComputed")
             self.assertNotEqual(rc, 0, out[-3000:])
-            self.assertIn("was waited for before chunk", out, out[-3000:])
+            self.assertIn("was waited for (or its test() polled until it finished) before chunk", out, out[-3000:])
             # Cut in the product's row order (task F's cut): the ranks receive the wrong tokens.
             helpers.mutate_kept(self.work, "08", function, SP_ROW_ORDER)
             build = helpers.rebuild_kept(self.work, "08", "lab08_student_test")

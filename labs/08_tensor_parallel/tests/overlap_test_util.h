@@ -115,17 +115,66 @@ inline std::vector<double> product_of_step(const std::vector<double>& w, std::in
   return step;
 }
 
+// Note [A spin is a wait]: a layer that waits for chunk c - 1 before issuing
+// chunk c leaves the link idle while chunk c is multiplied, and a loop on test()
+// until it returns true is the same wait. So each chunk's Work, until the next
+// chunk is issued, answers test() with "not yet" and counts the calls: a layer
+// that polls once in a while (to drive progress) loses nothing, since it waits
+// later anyway; a layer that asks kSpinPolls times with nothing issued in between
+// is spinning, and is recorded as having waited (then answered truly, so it never
+// hangs). A wait_for() whose deadline has already passed is a poll, too.
+
+/// Per chunk issued, whether the layer waited for it (or spun on it) before issuing the next.
+struct ChunkWaits {
+  std::size_t chunks = 0;   // how many chunks the forward is to issue
+  std::vector<int> waited;  // one entry per chunk issued so far
+};
+
+/// The Work of chunk `chunk`'s collective behind a watch (Note [A spin is a wait]).
+class ChunkWork final : public dtl::WorkImpl {
+ public:
+  static constexpr int kSpinPolls = 1000;
+  /// waits: the watch's record (nullptr: not a chunk, everything passes through).
+  ChunkWork(dtl::Work work, const dtl::OpInfo& info, ChunkWaits* waits = nullptr, std::size_t chunk = 0)
+      : dtl::WorkImpl(info.description), work_(std::move(work)), waits_(waits), chunk_(chunk) {}
+  bool test() override {
+    if (before_next_issue()) {
+      if (++polls_ < kSpinPolls) return false;
+      waits_->waited[chunk_] = 1;  // asked kSpinPolls times, nothing issued in between: a spin
+    }
+    return work_.test();
+  }
+  bool wait_until(double deadline) override {
+    if (deadline <= dtl::clock_seconds()) return test();  // wait_for(0): a poll
+    if (before_next_issue()) waits_->waited[chunk_] = 1;
+    return work_.wait_for(std::max(0.0, deadline - dtl::clock_seconds()));
+  }
+
+ private:
+  bool before_next_issue() const {
+    return waits_ != nullptr && chunk_ + 1 < waits_->chunks && waits_->waited.size() == chunk_ + 1;
+  }
+  dtl::Work work_;
+  ChunkWaits* waits_;
+  std::size_t chunk_;
+  int polls_ = 0;
+};
+
 // A Communicator between the layer and Open MPI that, at each allreduce's issue, reads
 // the rows the allreduce was handed: the chunk being issued must hold this rank's
-// product already (x_r W_r^T, the test's own loops, of x as it is at the issue).
+// product already (x_r W_r^T, the test's own loops, of x as it is at the issue),
+// and the previous chunk must not have been waited for yet (Note [A spin is a wait]).
 class ChunkWatch final : public dtl::Communicator {
  public:
   /// product: x_r W_r^T of the x given to forward, (N, out). x, in: that x's data, (N, in),
   /// which the watch changes as the chunks are issued (x_step()); step: x_step()'s
   /// product, out values: what each change adds to a row of the product.
+  /// chunks: how many chunks the forward is to issue (min(k, N)).
   ChunkWatch(dtl::Communicator& inner, std::vector<double> product, std::int64_t out, double* x, std::int64_t in,
-             std::vector<double> step)
-      : inner_(inner), product_(std::move(product)), out_(out), x_(x), in_(in), step_(std::move(step)) {}
+             std::vector<double> step, std::size_t chunks)
+      : inner_(inner), product_(std::move(product)), out_(out), x_(x), in_(in), step_(std::move(step)) {
+    waits_.chunks = chunks;
+  }
   int rank() const override { return inner_.rank(); }
   int world_size() const override { return inner_.world_size(); }
   std::string name() const override { return "chunk watch over " + inner_.name(); }
@@ -133,6 +182,7 @@ class ChunkWatch final : public dtl::Communicator {
   struct Issue {
     std::int64_t first_row = -1, rows = 0;  // where the buffer lies in y (-1: not inside it)
     std::int64_t rows_ready = 0;            // rows of the chunk holding the product at the issue
+    bool previous_waited = false;           // the previous chunk was waited for (or spun on) before this issue
   };
   std::vector<Issue> issues;
 
@@ -162,31 +212,23 @@ class ChunkWatch final : public dtl::Communicator {
       }
       for (std::int64_t row = issue.first_row + issue.rows; row < n / out_; ++row) x_step(x_ + row * in_, in_);
     }
+    const std::size_t c = issues.size();
+    issue.previous_waited = c > 0 && waits_.waited[c - 1] != 0;
     issues.push_back(issue);
-    return std::make_unique<Forward>(inner_.allreduce(buf, info.count, info.dtype, info.op), info);
+    waits_.waited.push_back(0);
+    return std::make_unique<ChunkWork>(inner_.allreduce(buf, info.count, info.dtype, info.op), info, &waits_, c);
   }
   std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
-    return std::make_unique<Forward>(inner_.broadcast(buf, info.count, info.dtype, info.root), info);
+    return std::make_unique<ChunkWork>(inner_.broadcast(buf, info.count, info.dtype, info.root), info);
   }
   std::unique_ptr<dtl::WorkImpl> do_reduce_scatter(const void* send, void* recv, const dtl::OpInfo& info) override {
-    return std::make_unique<Forward>(inner_.reduce_scatter(send, recv, info.count, info.dtype, info.op), info);
+    return std::make_unique<ChunkWork>(inner_.reduce_scatter(send, recv, info.count, info.dtype, info.op), info);
   }
   std::unique_ptr<dtl::WorkImpl> do_allgather(const void* send, void* recv, const dtl::OpInfo& info) override {
-    return std::make_unique<Forward>(inner_.allgather(send, recv, info.count, info.dtype), info);
+    return std::make_unique<ChunkWork>(inner_.allgather(send, recv, info.count, info.dtype), info);
   }
 
  private:
-  class Forward final : public dtl::WorkImpl {
-   public:
-    Forward(dtl::Work work, const dtl::OpInfo& info) : dtl::WorkImpl(info.description), work_(std::move(work)) {}
-    bool test() override { return work_.test(); }
-    bool wait_until(double deadline) override {
-      return work_.wait_for(std::max(0.0, deadline - dtl::clock_seconds()));
-    }
-
-   private:
-    dtl::Work work_;
-  };
   dtl::Communicator& inner_;
   std::vector<double> product_;
   std::int64_t out_;
@@ -194,6 +236,7 @@ class ChunkWatch final : public dtl::Communicator {
   std::int64_t in_;
   std::vector<double> step_;
   std::uintptr_t base_ = 0;  // y's first row: where chunk 0's allreduce began
+  ChunkWaits waits_;
 };
 
 /// One forward of `rows` rows in `chunks` chunks behind a ChunkWatch: the chunks in row order,
@@ -215,14 +258,15 @@ inline void check_chunks(std::int64_t rows, int chunks) {
       }
     }
   }
-  ChunkWatch watch(tp.record, product, out, x_mine.data<double>(), local_in, product_of_step(w, out, local_in));
+  const std::int64_t k = std::min<std::int64_t>(chunks, rows);
+  ChunkWatch watch(tp.record, product, out, x_mine.data<double>(), local_in, product_of_step(w, out, local_in),
+                   static_cast<std::size_t>(k));
   auto layer = overlapped_of(*full, watch, T, r, chunks);
   tp.record.clear();
   layer->forward(x_mine);
 
   const std::string what = std::to_string(rows) + " rows in " + std::to_string(chunks) + " chunks, rank " +
                            std::to_string(r);
-  const std::int64_t k = std::min<std::int64_t>(chunks, rows);
   const auto& ops = tp.record.ops();
   EXPECT_EQ(static_cast<std::int64_t>(ops.size()), k)
       << what << ": one allreduce per chunk, min(chunks, rows) of them; issued " << describe(tp.record);
@@ -239,6 +283,9 @@ inline void check_chunks(std::int64_t rows, int chunks) {
                                             << " (the test changes the later rows of x after each issue: a chunk's"
                                             << " rows of x may be read only once the chunk before it is issued, so"
                                             << " a GEMM run ahead of the previous chunk's allreduce shows here)";
+    EXPECT_FALSE(issue.previous_waited) << what << ": chunk " << c - 1 << "'s allreduce was waited for (or its"
+                                        << " test() polled until it finished) before chunk " << c << "'s was issued:"
+                                        << " the link idled while chunk " << c << " was multiplied (nothing overlaps)";
     next_row = issue.first_row + issue.rows;
     smallest = std::min(smallest, issue.rows);
     largest = std::max(largest, issue.rows);
@@ -311,7 +358,8 @@ inline void check_overlapped_sp(const nn::Shape& shape, std::int64_t out, bool b
 // reads the staging buffer the chunks are sent from: the chunk being issued must
 // hold its T blocks of this rank's product already (the test's own loops and
 // layout, of x as it is at the issue); the chunk must receive
-// into its own rows of y; and the previous chunk must not have been waited for yet.
+// into its own rows of y; and the previous chunk must not have been waited for yet
+// (Note [A spin is a wait]).
 class StagingWatch final : public dtl::Communicator {
  public:
   /// staged: the whole staging buffer as the contract lays it out for k chunks, (T n, out),
@@ -323,7 +371,9 @@ class StagingWatch final : public dtl::Communicator {
                std::vector<std::pair<std::int64_t, std::int64_t>> chunk_rows, std::vector<std::int64_t> x_rows,
                double* x, std::int64_t in, std::vector<double> step)
       : inner_(inner), staged_(std::move(staged)), out_(out), chunks_(std::move(chunk_rows)),
-        x_rows_(std::move(x_rows)), x_(x), in_(in), step_(std::move(step)) {}
+        x_rows_(std::move(x_rows)), x_(x), in_(in), step_(std::move(step)) {
+    waits_.chunks = chunks_.size();
+  }
   int rank() const override { return inner_.rank(); }
   int world_size() const override { return inner_.world_size(); }
   std::string name() const override { return "staging watch over " + inner_.name(); }
@@ -332,7 +382,7 @@ class StagingWatch final : public dtl::Communicator {
     bool where = false;                 // sent from, and received into, chunk c's rows of the contract's layout
     std::int64_t rows = 0;              // staged rows of the chunk (T x its rows of y)
     std::int64_t rows_ready = 0;        // of them, holding the product at the issue
-    bool previous_waited = false;       // the previous chunk's reduce-scatter was waited for before this issue
+    bool previous_waited = false;       // the previous chunk was waited for (or spun on) before this issue
   };
   std::vector<Issue> issues;
 
@@ -368,39 +418,23 @@ class StagingWatch final : public dtl::Communicator {
       const std::int64_t all_rows = static_cast<std::int64_t>(x_rows_.size());
       for (std::int64_t i = T * end; i < all_rows; ++i) x_step(x_ + x_rows_[static_cast<std::size_t>(i)] * in_, in_);
     }
-    issue.previous_waited = c > 0 && waited_[c - 1] != 0;
+    issue.previous_waited = c > 0 && waits_.waited[c - 1] != 0;
     issues.push_back(issue);
-    waited_.push_back(0);
-    return std::make_unique<Forward>(inner_.reduce_scatter(send, recv, info.count, info.dtype, info.op), info,
-                                     &waited_, c);
+    waits_.waited.push_back(0);
+    return std::make_unique<ChunkWork>(inner_.reduce_scatter(send, recv, info.count, info.dtype, info.op), info,
+                                       &waits_, c);
   }
   std::unique_ptr<dtl::WorkImpl> do_allreduce(void* buf, const dtl::OpInfo& info) override {
-    return std::make_unique<Forward>(inner_.allreduce(buf, info.count, info.dtype, info.op), info);
+    return std::make_unique<ChunkWork>(inner_.allreduce(buf, info.count, info.dtype, info.op), info);
   }
   std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
-    return std::make_unique<Forward>(inner_.broadcast(buf, info.count, info.dtype, info.root), info);
+    return std::make_unique<ChunkWork>(inner_.broadcast(buf, info.count, info.dtype, info.root), info);
   }
   std::unique_ptr<dtl::WorkImpl> do_allgather(const void* send, void* recv, const dtl::OpInfo& info) override {
-    return std::make_unique<Forward>(inner_.allgather(send, recv, info.count, info.dtype), info);
+    return std::make_unique<ChunkWork>(inner_.allgather(send, recv, info.count, info.dtype), info);
   }
 
  private:
-  class Forward final : public dtl::WorkImpl {
-   public:
-    // waited: set (*waited)[chunk] when the caller waits for the operation (nullptr: not a chunk).
-    Forward(dtl::Work work, const dtl::OpInfo& info, std::vector<int>* waited = nullptr, std::size_t chunk = 0)
-        : dtl::WorkImpl(info.description), work_(std::move(work)), waited_(waited), chunk_(chunk) {}
-    bool test() override { return work_.test(); }
-    bool wait_until(double deadline) override {
-      if (waited_ != nullptr) (*waited_)[chunk_] = 1;
-      return work_.wait_for(std::max(0.0, deadline - dtl::clock_seconds()));
-    }
-
-   private:
-    dtl::Work work_;
-    std::vector<int>* waited_;
-    std::size_t chunk_;
-  };
   dtl::Communicator& inner_;
   std::vector<double> staged_;
   std::int64_t out_;
@@ -410,7 +444,7 @@ class StagingWatch final : public dtl::Communicator {
   std::int64_t in_;
   std::vector<double> step_;
   std::uintptr_t send_base_ = 0, y_base_ = 0;
-  std::vector<int> waited_;  // per chunk issued: waited for yet
+  ChunkWaits waits_;
 };
 
 /// One sequence-parallel forward of `sequences` sequences of `length` tokens in `chunks` chunks
@@ -478,9 +512,10 @@ inline void check_sp_chunks(std::int64_t sequences, std::int64_t length, int chu
                                             << " after each issue: a chunk's rows of x may be read only once the"
                                             << " chunk before it is issued, so a GEMM run ahead of the previous"
                                             << " chunk's reduce-scatter shows here)";
-    EXPECT_FALSE(issue.previous_waited) << what << ": chunk " << c - 1 << "'s reduce-scatter was waited for before "
-                                        << "chunk " << c << "'s was issued: the link idled while chunk " << c
-                                        << " was multiplied (nothing overlaps)";
+    EXPECT_FALSE(issue.previous_waited) << what << ": chunk " << c - 1 << "'s reduce-scatter was waited for (or"
+                                        << " its test() polled until it finished) before chunk " << c << "'s was"
+                                        << " issued: the link idled while chunk " << c << " was multiplied (nothing"
+                                        << " overlaps)";
   }
 }
 
