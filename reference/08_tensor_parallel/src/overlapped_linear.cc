@@ -88,8 +88,9 @@ const nn::Tensor& OverlappedRowParallelLinear::forward(const nn::Tensor& x) {
   // | are cut into k chunks of consecutive rows, in row order, their sizes differing by at
   // | most one row, none empty (k is chunks_, or N when N is smaller); each chunk's rows of
   // | the product are computed in place in cache.y and their allreduce is issued before the
-  // | next chunk's GEMM begins, and a chunk's rows of x are read only once the chunk before
-  // | it is issued; all are waited for before the bias is added and forward returns (Note
+  // | next chunk's GEMM begins (and not waited for, nor polled until done, before the next
+  // | is issued), and a chunk's rows of x are read only once the chunk before it is issued;
+  // | all are waited for before the bias is added and forward returns (Note
   // | [Overlapping the row-parallel allreduce], handout Task F; the tests record the chunks
   // | and what cache.y holds at each issue, and change the later rows of x after it).
   const std::int64_t rows = x.numel() / in_;

@@ -108,9 +108,10 @@ namespace dtl::lab08 {
 /// flattened) are cut into min(k, N) chunks of consecutive rows, in row order,
 /// whose sizes differ by at most one row; chunk c's allreduce is issued as soon
 /// as its rows of the product are computed, in place in the layer's output, before
-/// the next chunk's GEMM begins, and a chunk's rows of x are read only once the
-/// chunk before it is issued (the tests change the later rows of x at each issue,
-/// so a product computed early is stale). Backward: as RowParallelLinear's, no
+/// the next chunk's GEMM begins, and none is waited for (nor its test() polled until
+/// it completes) before the next chunk's is issued; a chunk's rows of x are read only
+/// once the chunk before it is issued (the tests change the later rows of x at each
+/// issue, so a product computed early is stale). Backward: as RowParallelLinear's, no
 /// communication.
 ///
 /// With sequence parallelism (task F2, Note [Overlapping the sequence-parallel
@@ -125,10 +126,10 @@ namespace dtl::lab08 {
 /// T e) of one staging buffer of (T n, out) in x's dtype (ensure_staging(),
 /// kCommunication; block q, the product rows that become rank q's rows [b, e), is
 /// rows [T b + q (e - b), T b + (q + 1)(e - b))) and receives in place into rows
-/// [b, e) of y; none is waited for before the next chunk's is issued, and the rows
-/// of x that any of a chunk's T blocks multiply are read only once the chunk before
-/// it is issued (as above: the tests change them). All are waited for before the
-/// bias is added, once. Backward (given): one all-gather of dy; db covers this
+/// [b, e) of y; none is waited for (nor polled until it completes) before the next
+/// chunk's is issued, and the rows of x that any of a chunk's T blocks multiply are
+/// read only once the chunk before it is issued (as above: the tests change them).
+/// All are waited for before the bias is added, once. Backward (given): one all-gather of dy; db covers this
 /// rank's tokens only, as RowParallelLinear's.
 ///
 /// Collective over `tp` in forward (and, with sequence parallelism, in backward):
