@@ -65,6 +65,7 @@ LABS = {
     }),
     "04": ("04_bucketed_ddp", {
         "Reducer::on_grad_ready": "ddp_reducer.cc",
+        "Reducer::launch": "ddp_reducer.cc",
     }),
     "06": ("06_fsdp", {
         "ShardedTrainer::gather_for_use": "fsdp_gather.cc",

@@ -262,7 +262,8 @@ TEST(Accuracy, AspAndSspReachTheTargetWithAStraggler) {
 }
 
 // ---------------------------------------------------------------------------
-// Task F in use: pulls through the dependency engine give BSP's result
+// Task F in use: pulls through the dependency engine give BSP's result, and
+// overlap the forward (Note [The probe before unit 0] in ps_test_util.h)
 // ---------------------------------------------------------------------------
 
 TEST(Overlap, PullsThroughTheEngineEqualOneProcess) {
@@ -281,9 +282,19 @@ TEST(Overlap, PullsThroughTheEngineEqualOneProcess) {
       t.threads = 2;
       return t;
     };
+    spec.probe_pulls = true;  // Note [The probe before unit 0]
     const PsRun run = run_ps(spec);
     const std::string what = config(spec.options, comm().size() - servers) + ", pulls through the engine";
     expect_clean(run, kSteps, what);
+    if (!run.server && run.error.empty()) {
+      const int keys = 6;  // the MLP's weights and biases, behind the probe (unit 0, no keys)
+      EXPECT_GE(run.pulled_at_probe, 0) << "rank " << comm().rank() << ": the model's first unit never ran forward";
+      EXPECT_LT(run.pulled_at_probe, keys)
+          << "rank " << comm().rank() << " (" << what << "): when the forward of unit 0 (which has no keys) began, "
+          << "all " << keys << " keys had been pulled already, though the servers answer no pull for the first "
+          << "0.3 s: the worker waited for every pull (or pulled one key at a time) before the forward, so nothing "
+          << "overlapped; with overlap, unit u's forward waits for unit u's keys only";
+    }
     const std::vector<float> oracle = run_oracle(kSteps, kRows * (comm().size() - servers), kSgd);
     if (run.server && run.error.empty()) {
       EXPECT_TRUE(close_to(slice(oracle, run.first, run.values.size()), run.values, what, run.first));
