@@ -74,6 +74,9 @@ LABS = {
     "07": ("07_pipeline", {
         "one_f_one_b_schedule": "schedule.cc",
     }),
+    "09": ("09_parameter_server", {
+        "train_worker": "worker.cc",
+    }),
     "08": ("08_tensor_parallel", {
         "OverlappedRowParallelLinear::forward": "overlapped_linear.cc",
         "OverlappedRowParallelLinear::forward_sp": "overlapped_linear.cc",
