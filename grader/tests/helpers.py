@@ -76,6 +76,8 @@ LABS = {
     }),
     "09": ("09_parameter_server", {
         "train_worker": "worker.cc",
+        "ParameterServer::on_push": "server.cc",
+        "ParameterServer::on_clock": "server.cc",
     }),
     "08": ("08_tensor_parallel", {
         "OverlappedRowParallelLinear::forward": "overlapped_linear.cc",

@@ -210,6 +210,20 @@ TEST(Asp, EveryPushIsAppliedOnArrival) {
       const int keys = 6, mine = (comm().rank() + 1) * keys / servers - comm().rank() * keys / servers;
       EXPECT_EQ(pushes, run.workers * kSteps * mine) << "rank " << comm().rank() << ": pushes received (" << what << ")";
       EXPECT_EQ(applies, pushes) << "rank " << comm().rank() << ": ASP applies every push as it arrives (" << what << ")";
+      // On arrival: the push's own kApply is the next event of the log (nothing handled in between).
+      for (std::size_t i = 0; i < run.events.size(); ++i) {
+        const lab09::Event& e = run.events[i];
+        if (e.kind != lab09::EventKind::kPush) continue;
+        const lab09::Event* next = i + 1 < run.events.size() ? &run.events[i + 1] : nullptr;
+        if (next == nullptr || next->kind != lab09::EventKind::kApply || next->worker != e.worker ||
+            next->key != e.key || next->step != e.step) {
+          ADD_FAILURE() << "rank " << comm().rank() << " (" << what << "): worker " << e.worker << "'s push of key "
+                        << e.key << " for step " << e.step << " (event " << i << " of the log) was not applied on "
+                        << "arrival: the next event is not its kApply (ASP applies each push in on_push, before "
+                        << "the server handles another message; it never keeps one for later)";
+          break;
+        }
+      }
       // With one worker, ASP is plain SGD (each push scaled by 1/W = 1): the oracle on its rows.
       if (run.workers == 1) {
         const std::vector<float> oracle = run_oracle(kSteps, spec.rows, kSgd);
