@@ -306,7 +306,7 @@ TEST(Overlap, PullsThroughTheEngineEqualOneProcess) {
       EXPECT_LT(run.pulled_at_probe, keys)
           << "rank " << comm().rank() << " (" << what << "): when the forward of unit 0 (which has no keys) began, "
           << "all " << keys << " keys had been pulled already, though the servers answer no pull for the first "
-          << "0.3 s: the worker waited for every pull (or pulled one key at a time) before the forward, so nothing "
+          << "0.5 s: the worker waited for every pull (or pulled one key at a time) before the forward, so nothing "
           << "overlapped; with overlap, unit u's forward waits for unit u's keys only";
     }
     const std::vector<float> oracle = run_oracle(kSteps, kRows * (comm().size() - servers), kSgd);

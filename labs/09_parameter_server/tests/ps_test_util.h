@@ -61,7 +61,8 @@ inline nn::Model make_model(std::uint64_t seed = 3, std::int64_t width = 16) {
 // in front: a unit without parameters (so without keys: its forward need wait
 // for nothing) that, at its first forward, counts the keys already pulled (the
 // workers' parameters start as NaN, which a pull overwrites); and every server
-// starts serving 0.3 s late. A worker whose pulls overlap the forward reaches the
+// starts serving 0.5 s late (far more than a worker takes from the group to unit 0,
+// even on a loaded machine). A worker whose pulls overlap the forward reaches the
 // probe before any pull is answered; one that waits for every pull first (or
 // pulls one at a time) reaches it with every key pulled.
 
@@ -220,7 +221,7 @@ struct RunSpec {
   int start_clock = 0;                            // a restored run's clock
   const std::vector<std::byte>* restore = nullptr;  // server: restore() this first (its own rank's)
   bool take_checkpoint = false;
-  bool probe_pulls = false;  // Note [The probe before unit 0]: the probed model, servers 0.3 s late
+  bool probe_pulls = false;  // Note [The probe before unit 0]: the probed model, servers 0.5 s late
 };
 
 /// One parameter-server run on comm(): every rank builds the same model, servers
@@ -239,7 +240,7 @@ inline PsRun run_ps(const RunSpec& spec) {
       const std::vector<float> initial = values_of(model);
       lab09::ParameterServer server(group, initial);
       if (spec.restore != nullptr) server.restore(*spec.restore);
-      if (spec.probe_pulls) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      if (spec.probe_pulls) std::this_thread::sleep_for(std::chrono::milliseconds(500));
       run.report = server.run();
       run.values.assign(server.values().begin(), server.values().end());
       run.first = group.key_offsets()[static_cast<std::size_t>(group.bounds()[static_cast<std::size_t>(comm().rank())])];
