@@ -243,8 +243,8 @@ inline ::testing::AssertionResult close_to_oracle(const std::vector<float>& expe
 // the gradients already ready below the bucket's range of the flat buffer (the
 // later buckets' gradients: buckets go from its end to its start), and each
 // bucket's Work is an EarlyWaitWork that is "too early" until backward has made
-// another gradient ready (Note [A spin is a wait]). The last gradient's bucket is
-// exempt: backward is over with it.
+// another gradient ready (Note [A spin is a wait] in harness/testing/early_wait.h).
+// The last gradient's bucket is exempt: backward is over with it.
 
 /// A Communicator between the reducer and its backend that watches each allreduce's
 /// issue and wait against the gradients backward has made ready (Note [Watching the
