@@ -300,9 +300,9 @@ class SubComm {
 // (max_in_flight() counts them) and overlaps nothing. So GatherWatch sees, through
 // the trainer's observer (called as each hook ends, before the unit computes),
 // which all-gathers were waited for inside each pre_forward and pre_backward, a
-// loop on test() until one finishes counting as a wait (Note [A spin is a wait] in
-// harness/testing/early_wait.h): one, the hook's own unit's, at most. Waits in the other hooks come
-// after a unit computed, and are not counted.
+// loop on test() until one finishes counting as a wait (Note [A spin is a wait]
+// in harness/testing/early_wait.h): one, the hook's own unit's, at most. Waits
+// in the other hooks come after a unit computed, and are not counted.
 
 /// A Communicator between the trainer and its backend that names every pre_* hook in
 /// which more than one all-gather was waited for (Note [Watching the prefetch]).
