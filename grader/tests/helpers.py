@@ -65,6 +65,7 @@ LABS = {
     }),
     "04": ("04_bucketed_ddp", {
         "Reducer::on_grad_ready": "ddp_reducer.cc",
+        "Reducer::launch": "ddp_reducer.cc",
     }),
     "06": ("06_fsdp", {
         "ShardedTrainer::gather_for_use": "fsdp_gather.cc",
@@ -72,6 +73,11 @@ LABS = {
     }),
     "07": ("07_pipeline", {
         "one_f_one_b_schedule": "schedule.cc",
+    }),
+    "09": ("09_parameter_server", {
+        "train_worker": "worker.cc",
+        "ParameterServer::on_push": "server.cc",
+        "ParameterServer::on_clock": "server.cc",
     }),
     "08": ("08_tensor_parallel", {
         "OverlappedRowParallelLinear::forward": "overlapped_linear.cc",

@@ -4,8 +4,10 @@ which elsewhere is reported as not gradable), with lab 03's reference ring as th
 `--skeleton` gives 0 fast, every item saying what is not implemented yet. A
 correct reducer that sends nothing before backward is over (every bucket held
 back until the step's last gradient, then all issued from that hook) passes the
-overlap tests and loses the speed item, by the ratio it measures (issue 26; a
-reducer that waits inside the hook already fails the overlap item). A submission whose
+timing overlap tests, fails the one that watches where each bucket leaves (the
+gradients of later buckets were ready at its issue), and loses the speed item, by
+the ratio it measures (issue 26); one that polls each bucket's test() until it
+finishes, inside the hook that issued it, fails the overlap item too. A submission whose
 lab 03 file (compiled into lab 04's build) includes the reference's lab 03 header
 is refused like one whose lab 04 file does: every submitted file a build
 compiles is checked, not only the graded lab's."""
@@ -23,14 +25,24 @@ HAVE_GPU = gpu_available()
 
 # The reference's hook with the launch held back until every bucket is complete:
 # the buckets still leave in bucket order, from a gradient hook, before backward
-# returns (so the Overlap tests pass: bucket 0 is issued before unit 0's backward
-# ends and is in flight when it does), but nothing overlaps backward.
+# returns (so the timing Overlap tests pass: bucket 0 is issued before unit 0's
+# backward ends and is in flight when it does), but nothing overlaps backward.
 HELD_BACK = helpers.mutated_body(
     "Reducer::on_grad_ready", "04",
     ("  if (--pending_[static_cast<std::size_t>(b)] == 0 && options_.mode == ReducerMode::kOverlapped) {\n",
      "  if (--pending_[static_cast<std::size_t>(b)] == 0 && options_.mode == ReducerMode::kOverlapped &&\n"
      "      std::count(pending_.begin(), pending_.end(), std::size_t{0}) ==\n"
      "          static_cast<std::ptrdiff_t>(pending_.size())) {\n"))
+
+# The reference's launch, then a loop on the bucket's test() until it finishes: a wait.
+SPINS = helpers.mutated_body(
+    "Reducer::launch", "04",
+    ("  work_[bucket] = backend_.allreduce(flat_grad_ + bk.offset, bk.count, DType::kF32, ReduceOp::kAvg);\n",
+     "  work_[bucket] = backend_.allreduce(flat_grad_ + bk.offset, bk.count, DType::kF32, ReduceOp::kAvg);\n"
+     "  while (!work_[bucket].test()) {\n  }  // fault: a spin is a wait\n"))
+
+TIMED = "--gtest_filter=Overlap.OverlappedIssuesDuringBackwardOthersAfter:Overlap.BackwardRunsWhileABucketIsInFlight"
+WATCHED = "--gtest_filter=Overlap.EachBucketLeavesFromItsHookAndBackwardGoesOn"
 
 SPEED = "Speed: the overlapped DDP step on an emulated link, against the reference"
 
@@ -60,24 +72,43 @@ class TestLab04Reference(helpers.GraderAssertions, unittest.TestCase):
         self.assertEqual(gpu_items[0]["max_score"], 0)
         self.assertIn("not gradable without a GPU", gpu_items[0]["output"])
 
-    def test_a_reducer_that_holds_its_buckets_back_loses_the_speed_item_only(self):
+    def test_a_reducer_that_holds_its_buckets_back_loses_the_overlap_and_speed_items(self):
         # In the kept tree (graded as the reference): the fault rebuilt into the
         # student test program and benchmark only: 29 s in all on the shared 2-core
         # machine (ratio 1.54 and 1.61 in two runs), where grading it again took 211 s.
         self.assertIsNotNone(self.work, "grade.py --keep printed no folder")
         helpers.mutate_kept(self.work, "04", "Reducer::on_grad_ready", HELD_BACK)
-        build = helpers.rebuild_kept(self.work, "04", "lab04_student_test", "lab04_student_bench")
-        self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
-        # The items that could see it pass: the overlap tests (bucket 0 leaves during
-        # backward and is in flight when a unit's backward ends) and the equivalence.
-        for ranks in (2, 3):
-            rc, out, _ = helpers.run_kept_tests(self.work, "04", ranks, "--gtest_filter=Overlap.*:Emulated/*")
-            self.assertEqual(rc, 0, out[-3000:])
-        speed = helpers.kept_speed(self.work, "04", SPEED)
-        print(f"\n[fault, lab 04] {speed.output.splitlines()[0]}", file=sys.stderr)  # the numbers behind it
-        self.assertEqual(speed.status, "failed", speed.output)
-        self.assertEqual(speed.score, 0, speed.output)
-        self.assertGreaterEqual(speed.details["ratio"], 1.4, speed.output)
+        try:
+            build = helpers.rebuild_kept(self.work, "04", "lab04_student_test", "lab04_student_bench")
+            self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
+            # The timing tests cannot see it (bucket 0 leaves during backward and is in
+            # flight when a unit's backward ends), nor can the equivalence; BucketWatch
+            # can (Note [Watching the buckets leave]).
+            for ranks in (2, 3):
+                rc, out, _ = helpers.run_kept_tests(self.work, "04", ranks, TIMED + ":Emulated/*")
+                self.assertEqual(rc, 0, out[-3000:])
+                rc, out, _ = helpers.run_kept_tests(self.work, "04", ranks, WATCHED)
+                self.assertNotEqual(rc, 0, out[-3000:])
+                self.assertIn("rank 0, bucket 0", out, out[-3000:])
+                self.assertIn("gradients of later buckets were ready", out, out[-3000:])
+            speed = helpers.kept_speed(self.work, "04", SPEED)
+            print(f"\n[fault, lab 04] {speed.output.splitlines()[0]}", file=sys.stderr)  # the numbers behind it
+            self.assertEqual(speed.status, "failed", speed.output)
+            self.assertEqual(speed.score, 0, speed.output)
+            self.assertGreaterEqual(speed.details["ratio"], 1.4, speed.output)
+            # A loop on test() right after the issue: a wait in the hook (Note [A spin is a wait]).
+            helpers.mutate_kept(self.work, "04", "Reducer::on_grad_ready",
+                                helpers.reference_body("Reducer::on_grad_ready", "04"))
+            helpers.mutate_kept(self.work, "04", "Reducer::launch", SPINS)
+            build = helpers.rebuild_kept(self.work, "04", "lab04_student_test")
+            self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
+            rc, out, _ = helpers.run_kept_tests(self.work, "04", 2, WATCHED)
+            self.assertNotEqual(rc, 0, out[-3000:])
+            self.assertIn("its allreduce was waited for (or its test() polled until it finished) before backward",
+                          out, out[-3000:])
+        finally:  # the sources back to the reference's
+            for function in ("Reducer::on_grad_ready", "Reducer::launch"):
+                helpers.mutate_kept(self.work, "04", function, helpers.reference_body(function, "04"))
 
 
 class TestLab04Skeleton(helpers.GraderAssertions, unittest.TestCase):

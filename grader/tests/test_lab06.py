@@ -4,10 +4,12 @@ GPU, which elsewhere is reported as not gradable); `--skeleton` gives 0 fast,
 every item saying what is not implemented yet. An FSDP that ignores `prefetch`
 (each unit's gather issued and waited for in its own hook) still equals one
 process, fails the prefetch tests, and loses the speed item by the ratio it
-measures (issue 26). A hybrid communicator that allreduces the whole gradient
-across groups, as DDP would, before the in-group reduce-scatter still equals one
-process but fails the cross-group byte counts (issue 30). Both faults are measured
-in the kept tree, rebuilt into the student programs only."""
+measures (issue 26); one that issues 1 + k gathers in a hook and waits for all of
+them there (1 + k in flight for a moment, none while a unit computes) fails the
+prefetch item too, by the GatherWatch. A hybrid communicator that allreduces the
+whole gradient across groups, as DDP would, before the in-group reduce-scatter
+still equals one process but fails the cross-group byte counts (issue 30). The
+faults are measured in the kept tree, rebuilt into the student programs only."""
 import sys
 import unittest
 from pathlib import Path
@@ -23,6 +25,17 @@ HAVE_GPU = gpu_available()
 NO_PREFETCH = helpers.mutated_body(
     "ShardedTrainer::gather_for_use", "06",
     ("  for (int i = 1; i <= options_.prefetch; ++i) {\n", "  for (int i = 1; i <= 0; ++i) {  // prefetch ignored\n"))
+
+# The reference's gather_for_use() that also waits, in the same hook, for the gathers
+# it issued ahead: 1 + k in flight at the first hook, none while a unit computes.
+WAITS_FOR_ITS_PREFETCHES = helpers.mutated_body(
+    "ShardedTrainer::gather_for_use", "06",
+    ("  wait_gather(u);\n",
+     "  wait_gather(u);\n"
+     "  for (int i = 1; i <= options_.prefetch; ++i) {  // fault: the gathers issued ahead waited for at once\n"
+     "    const int v = u + i * direction;\n"
+     "    if (v >= 0 && v < units && units_[static_cast<std::size_t>(v)].gather_issued) wait_gather(v);\n"
+     "  }\n"))
 
 # The reference's two-level reduce-scatter with the whole gradient allreduced across
 # the groups first (G times the shard's bytes), and no second stage.
@@ -71,6 +84,26 @@ class TestLab06Reference(helpers.GraderAssertions, unittest.TestCase):
         self.assertEqual(speed.status, "failed", speed.output)
         self.assertEqual(speed.score, 0, speed.output)
         self.assertGreaterEqual(speed.details["ratio"], 1.4, speed.output)
+
+    def test_an_fsdp_that_waits_for_its_prefetches_at_once_fails_the_prefetch_item(self):
+        # In the kept tree: the fault rebuilt into the student test program only. It
+        # equals one process and has 1 + k gathers in flight at the first hook (the
+        # count alone passed it); GatherWatch sees the waits (Note [Watching the prefetch]).
+        self.assertIsNotNone(self.work, "grade.py --keep printed no folder")
+        function = "ShardedTrainer::gather_for_use"
+        helpers.mutate_kept(self.work, "06", function, WAITS_FOR_ITS_PREFETCHES)
+        try:
+            build = helpers.rebuild_kept(self.work, "06", "lab06_student_test")
+            self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
+            rc, out, _ = helpers.run_kept_tests(self.work, "06", 2, "--gtest_filter=Fsdp/Equivalence.*")
+            self.assertEqual(rc, 0, out[-3000:])
+            for ranks in (1, 2):
+                rc, out, _ = helpers.run_kept_tests(self.work, "06", ranks, "--gtest_filter=Prefetch.GathersInFlight*")
+                self.assertNotEqual(rc, 0, out[-3000:])
+                self.assertIn("rank 0, prefetch 1, pre_forward(0): 2 all-gathers were waited for", out, out[-3000:])
+                self.assertIn("a gather issued ahead must stay in flight while unit 0 computes", out, out[-3000:])
+        finally:  # the source back to the reference's
+            helpers.mutate_kept(self.work, "06", function, helpers.reference_body(function, "06"))
 
     def test_whole_gradient_across_groups_loses_the_traffic_items(self):
         # In the kept tree: the fault rebuilt into the student test program only. Its

@@ -5,7 +5,11 @@ saying what is not implemented yet; and one fault, cheaply: in the graded tree
 that --keep leaves, the server is changed to answer every SSP pull at once
 (the staleness bound ignored), only the student's test program is rebuilt, and
 SSP's bound test must fail naming the worker, its clock, the slowest clock and
-the bound, while the BSP and ASP tests still pass (the fault is in SSP only)."""
+the bound, while the BSP and ASP tests still pass (the fault is in SSP only). A
+worker that pushes every pull to the engine and then waits for all of them before
+the forward (BSP's result, nothing overlapped) fails the overlap item (Note [The
+probe before unit 0]), and an ASP server that keeps each push until the worker's
+clock (then applies it, logging the same kApply) fails the ASP item."""
 import sys
 import unittest
 from pathlib import Path
@@ -16,6 +20,28 @@ import helpers  # noqa: E402
 # The fault: on_pull answers an SSP pull whatever the clocks say.
 CHECK = "  if (VectorClock::may_read(o.consistency, o.staleness, clock, version_)) {\n"
 IGNORED = "  if (o.consistency == Consistency::kSsp || VectorClock::may_read(o.consistency, o.staleness, clock, version_)) {\n"
+
+# The fault: every pull waited for before the forward (the reference's step otherwise).
+WAITS_FOR_EVERY_PULL = helpers.mutated_body(
+    "train_worker", "09",
+    ("          model.hooks().pre_forward = [&](int u) {\n",
+     "          engine->wait_all(timeout);  // fault: every pull before the forward (nothing overlaps)\n"
+     "          model.hooks().pre_forward = [&](int u) {\n"))
+
+# The fault: ASP's pushes kept and applied at the next clock (one kApply each, as on arrival).
+HELD = "static std::vector<std::function<void()>> held;  // fault: ASP pushes kept until a clock\n"
+APPLY_AT_CLOCK = helpers.mutated_body(
+    "ParameterServer::on_push", "09",
+    ("    sgd_[static_cast<std::size_t>(key - first_key_)].step(key_values, grad);\n"
+     "    events_.push_back({EventKind::kApply, worker, clock_.at(worker), version_, clock_.min(), key, step});\n",
+     "    held.push_back([this, key, key_values, grad, worker, step] {\n"
+     "      sgd_[static_cast<std::size_t>(key - first_key_)].step(key_values, grad);\n"
+     "      events_.push_back({EventKind::kApply, worker, clock_.at(worker), version_, clock_.min(), key, step});\n"
+     "    });\n"))
+APPLIED_AT_CLOCK = helpers.mutated_body(
+    "ParameterServer::on_clock", "09",
+    ("  const int now = clock_.tick(worker);\n",
+     "  const int now = clock_.tick(worker);\n  for (auto& apply : held) apply();\n  held.clear();\n"))
 
 
 class TestLab09Reference(helpers.GraderAssertions, unittest.TestCase):
@@ -38,6 +64,38 @@ class TestLab09Reference(helpers.GraderAssertions, unittest.TestCase):
     def run_tests(self, ranks: int, pattern: str):
         rc, out, _ = helpers.run_kept_tests(self.work, "09", ranks, f"--gtest_filter={pattern}", "--dtl_timeout=60")
         return rc, out
+
+    def test_a_worker_that_waits_for_every_pull_fails_the_overlap_item(self):
+        self.assertIsNotNone(self.work, "grade.py --keep printed no folder")
+        helpers.mutate_kept(self.work, "09", "train_worker", WAITS_FOR_EVERY_PULL)
+        try:
+            build = helpers.rebuild_kept(self.work, "09", "lab09_student_test")
+            self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
+            rc, out = self.run_tests(3, "Overlap.*")
+            self.assertNotEqual(rc, 0, out[-3000:])
+            self.assertIn("when the forward of unit 0 (which has no keys) began, all 6 keys had been pulled already",
+                          out, out[-3000:])
+            rc, out = self.run_tests(3, "Bsp.*")
+            self.assertEqual(rc, 0, out[-3000:])
+        finally:  # the source back to the reference's
+            helpers.mutate_kept(self.work, "09", "train_worker", helpers.reference_body("train_worker", "09"))
+
+    def test_asp_applying_its_pushes_at_the_clock_fails_the_asp_item(self):
+        self.assertIsNotNone(self.work, "grade.py --keep printed no folder")
+        server = self.work / "tree" / "labs" / "09_parameter_server" / "src" / "server.cc"
+        original = server.read_text()
+        try:
+            helpers.mutate_kept(self.work, "09", "ParameterServer::on_push", APPLY_AT_CLOCK)
+            helpers.mutate_kept(self.work, "09", "ParameterServer::on_clock", APPLIED_AT_CLOCK)
+            text = server.read_text()
+            server.write_text(text.replace("namespace dtl::lab09 {\n", "namespace dtl::lab09 {\n" + HELD, 1))
+            build = helpers.rebuild_kept(self.work, "09", "lab09_student_test")
+            self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
+            rc, out = self.run_tests(3, "Asp.*")
+            self.assertNotEqual(rc, 0, out[-3000:])
+            self.assertIn("was not applied on arrival: the next event is not its kApply", out, out[-3000:])
+        finally:  # the source back as graded
+            server.write_text(original)
 
     def test_ssp_ignoring_its_bound_fails_the_ssp_tests_only(self):
         self.assertIsNotNone(self.work, "grade.py --keep printed no folder")

@@ -286,6 +286,41 @@ TEST(Overlap, BackwardRunsWhileABucketIsInFlight) {
                               "Works only in finish() (waiting inside the hook serializes backward and communication)";
 }
 
+// Overlap graded from where each bucket leaves and when it is waited for (Note
+// [Watching the buckets leave] in ddp_test_util.h): each bucket's allreduce leaves
+// from the gradient hook that completes it, before the later buckets' gradients are
+// ready, and is not waited for (nor its test() polled until it finishes) before
+// backward has made another gradient ready. Any rank count: nothing here is timed.
+TEST(Overlap, EachBucketLeavesFromItsHookAndBackwardGoesOn) {
+  auto slow = lab04::make_communicator("emulated:alpha=1ms,bw=1GB/s", comm());
+  nn::Model model = make_model(ModelKind::kGpt, 9);
+  BucketWatch watch(*slow, model);
+  lab04::Reducer reducer(
+      watch, model,
+      with_buckets(model, {.mode = ReducerMode::kOverlapped, .bucket_cap_bytes = 4096, .first_bucket_cap_bytes = 1024}));
+  watch.watch_gradients();
+  model.zero_grad();
+  forward_backward(model, ModelKind::kGpt, 0, 0, kGlobalBatch / comm().size());
+  watch.backward_done();
+  reducer.finish();
+  ASSERT_GT(watch.issues.size(), 2u) << "rank " << comm().rank() << ": one allreduce per bucket";
+  for (std::size_t b = 0; b < watch.issues.size(); ++b) {
+    const BucketWatch::Issue& issue = watch.issues[b];
+    const std::string what = "rank " + std::to_string(comm().rank()) + ", bucket " + std::to_string(b) +
+                             " (flat gradient elements [" + std::to_string(issue.offset) + ", " +
+                             std::to_string(issue.offset + static_cast<std::ptrdiff_t>(issue.count)) + "))";
+    EXPECT_LE(issue.later_ready, 1)
+        << what << ": its allreduce was issued only once " << issue.later_ready
+        << " gradients of later buckets were ready: backward had gone on without it (a bucket leaves from the "
+           "gradient hook that completes it, not once backward is over)";
+    EXPECT_FALSE(issue.waited_early)
+        << what << ": its allreduce was waited for (or its test() polled until it finished) before backward made "
+           "another gradient ready: backward stood still while it was in flight (nothing overlaps); wait for the "
+           "buckets in finish()";
+    if (::testing::Test::HasFailure()) break;  // the first bucket that shows it is enough
+  }
+}
+
 // ---------------------------------------------------------------------------
 // no_sync: accumulate micro-steps locally, average once
 // ---------------------------------------------------------------------------

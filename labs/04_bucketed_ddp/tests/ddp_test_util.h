@@ -26,10 +26,12 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "datasets/datasets.h"
@@ -39,6 +41,7 @@
 #include "harness/nn/layers.h"
 #include "harness/nn/model.h"
 #include "harness/nn/optim.h"
+#include "harness/testing/early_wait.h"
 #include "harness/testing/mpi_test.h"
 #include "harness/testing/recording_communicator.h"
 #include "harness/testing/training_fixtures.h"
@@ -230,5 +233,86 @@ inline ::testing::AssertionResult close_to_oracle(const std::vector<float>& expe
   if (!result) result << diagnose_factor(initial, expected, got);
   return result;
 }
+
+// Note [Watching the buckets leave]: backward overlaps the allreduces only if each
+// bucket leaves from the gradient hook that completes it and is not waited for
+// there. The timing test (Overlap.BackwardRunsWhileABucketIsInFlight) misses a
+// reducer that issues every bucket from the last gradient hook (the allreduces
+// then span the end of unit 0's backward, and nothing else). So BucketWatch wraps
+// the model's grad_ready hook and the backend: at each allreduce's issue it counts
+// the gradients already ready below the bucket's range of the flat buffer (the
+// later buckets' gradients: buckets go from its end to its start), and each
+// bucket's Work is an EarlyWaitWork that is "too early" until backward has made
+// another gradient ready (Note [A spin is a wait] in harness/testing/early_wait.h).
+// The last gradient's bucket is exempt: backward is over with it.
+
+/// A Communicator between the reducer and its backend that watches each allreduce's
+/// issue and wait against the gradients backward has made ready (Note [Watching the
+/// buckets leave]).
+class BucketWatch final : public dtl::Communicator {
+ public:
+  /// inner: the backend; model: the model whose grad_ready hook watch_gradients() wraps.
+  BucketWatch(dtl::Communicator& inner, nn::Model& model) : inner_(inner), model_(model) {}
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  std::string name() const override { return "bucket watch over " + inner_.name(); }
+
+  /// Call once the Reducer is made (it sets grad_ready): from here on gradients and allreduces are watched.
+  void watch_gradients() {
+    std::function<void(nn::Parameter&)> reducer_hook = model_.hooks().grad_ready;
+    model_.hooks().grad_ready = [this, reducer_hook](nn::Parameter& p) {
+      ready_.push_back(p.grad.data<float>());
+      if (reducer_hook) reducer_hook(p);
+    };
+    flat_ = model_.flat_grads().data<float>();
+    total_ = model_.parameters().size();
+    issues.clear();
+    ready_.clear();
+    armed_ = true;
+  }
+  /// Call when backward has returned: waits from here on are finish()'s.
+  void backward_done() { done_ = true; }
+
+  struct Issue {
+    std::ptrdiff_t offset = 0;  // the bucket's first element in the flat gradient buffer
+    std::size_t count = 0;      // its elements
+    int later_ready = 0;        // gradients below its range (later buckets') ready at the issue
+    bool waited_early = false;  // waited for (or spun on) before backward made another gradient ready
+  };
+  std::vector<Issue> issues;
+
+ protected:
+  std::unique_ptr<dtl::WorkImpl> do_allreduce(void* buf, const dtl::OpInfo& info) override {
+    dtl::Work work = inner_.allreduce(buf, info.count, info.dtype, info.op);
+    if (!armed_) return std::make_unique<dtl::testing::EarlyWaitWork>(std::move(work), info);
+    const auto* begin = static_cast<const float*>(buf);
+    Issue issue{.offset = begin - flat_, .count = info.count};
+    for (const float* g : ready_) issue.later_ready += g < begin ? 1 : 0;
+    issues.push_back(issue);
+    const std::size_t i = issues.size() - 1, seen = ready_.size();
+    return std::make_unique<dtl::testing::EarlyWaitWork>(
+        std::move(work), info, [this, seen] { return !done_ && ready_.size() == seen && seen < total_; },
+        [this, i] { issues[i].waited_early = true; });
+  }
+  std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
+    return std::make_unique<dtl::testing::EarlyWaitWork>(inner_.broadcast(buf, info.count, info.dtype, info.root),
+                                                         info);
+  }
+  std::unique_ptr<dtl::WorkImpl> do_reduce_scatter(const void* send, void* recv, const dtl::OpInfo& info) override {
+    return std::make_unique<dtl::testing::EarlyWaitWork>(
+        inner_.reduce_scatter(send, recv, info.count, info.dtype, info.op), info);
+  }
+  std::unique_ptr<dtl::WorkImpl> do_allgather(const void* send, void* recv, const dtl::OpInfo& info) override {
+    return std::make_unique<dtl::testing::EarlyWaitWork>(inner_.allgather(send, recv, info.count, info.dtype), info);
+  }
+
+ private:
+  dtl::Communicator& inner_;
+  nn::Model& model_;
+  const float* flat_ = nullptr;
+  std::size_t total_ = 0;             // gradients in one backward
+  std::vector<const float*> ready_;   // each ready gradient's first element, in hook order
+  bool armed_ = false, done_ = false;
+};
 
 }  // namespace lab04_test

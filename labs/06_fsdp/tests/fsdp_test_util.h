@@ -32,9 +32,11 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <set>
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "datasets/datasets.h"
@@ -47,6 +49,7 @@
 #include "harness/nn/memory.h"
 #include "harness/nn/model.h"
 #include "harness/nn/optim.h"
+#include "harness/testing/early_wait.h"
 #include "harness/testing/mpi_test.h"
 #include "harness/testing/recording_communicator.h"
 #include "harness/testing/training_fixtures.h"
@@ -289,6 +292,85 @@ class SubComm {
 
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+// Note [Watching the prefetch]: a gather issued ahead helps only if it stays in
+// flight while the unit before it computes. A trainer that issues 1 + k gathers in
+// a hook and then waits for all of them there has 1 + k in flight for a moment
+// (max_in_flight() counts them) and overlaps nothing. So GatherWatch sees, through
+// the trainer's observer (called as each hook ends, before the unit computes),
+// which all-gathers were waited for inside each pre_forward and pre_backward, a
+// loop on test() until one finishes counting as a wait (Note [A spin is a wait]
+// in harness/testing/early_wait.h): one, the hook's own unit's, at most. Waits
+// in the other hooks come after a unit computed, and are not counted.
+
+/// A Communicator between the trainer and its backend that names every pre_* hook in
+/// which more than one all-gather was waited for (Note [Watching the prefetch]).
+class GatherWatch final : public dtl::Communicator {
+ public:
+  /// inner: the backend, which must outlive this.
+  explicit GatherWatch(dtl::Communicator& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  std::string name() const override { return "gather watch over " + inner_.name(); }
+
+  /// The observer for ShardedOptions: closes each hook's record.
+  std::function<void(const char*, int)> observer() {
+    return [this](const char* phase, int u) {
+      const std::string p = phase;
+      if (p.rfind("pre_", 0) == 0 && waited_.size() > 1) {
+        std::string units;
+        for (std::size_t g : waited_) units += (units.empty() ? "" : ", ") + unit_name(g);
+        problems.push_back(p + "(" + std::to_string(u) + "): " + std::to_string(waited_.size()) +
+                           " all-gathers were waited for (or their test() polled until they finished) before unit " +
+                           std::to_string(u) + " computed: those of " + units +
+                           ". Only unit " + std::to_string(u) + "'s own is needed there; a gather issued ahead "
+                           "must stay in flight while unit " + std::to_string(u) + " computes (nothing overlaps)");
+      }
+      waited_.clear();
+    };
+  }
+  /// Names gathers by the unit whose full_values they land in (call once the trainer is made), and forgets.
+  void watch(const lab06::ShardedTrainer& trainer) {
+    trainer_ = &trainer;
+    units_.clear();
+    waited_.clear();
+    problems.clear();
+  }
+  std::vector<std::string> problems;  // one sentence per pre_* hook that waited for more than its own gather
+
+ protected:
+  std::unique_ptr<dtl::WorkImpl> do_allgather(const void* send, void* recv, const dtl::OpInfo& info) override {
+    int unit = -1;
+    for (int v = 0; trainer_ != nullptr && v < trainer_->unit_count(); ++v) {
+      if (trainer_->unit(v).full_values.raw() == recv) unit = v;
+    }
+    const std::size_t g = units_.size();
+    units_.push_back(unit);
+    return std::make_unique<dtl::testing::EarlyWaitWork>(inner_.allgather(send, recv, info.count, info.dtype), info,
+                                                         [] { return true; }, [this, g] { waited_.insert(g); });
+  }
+  std::unique_ptr<dtl::WorkImpl> do_allreduce(void* buf, const dtl::OpInfo& info) override {
+    return std::make_unique<dtl::testing::EarlyWaitWork>(inner_.allreduce(buf, info.count, info.dtype, info.op), info);
+  }
+  std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
+    return std::make_unique<dtl::testing::EarlyWaitWork>(inner_.broadcast(buf, info.count, info.dtype, info.root),
+                                                         info);
+  }
+  std::unique_ptr<dtl::WorkImpl> do_reduce_scatter(const void* send, void* recv, const dtl::OpInfo& info) override {
+    return std::make_unique<dtl::testing::EarlyWaitWork>(
+        inner_.reduce_scatter(send, recv, info.count, info.dtype, info.op), info);
+  }
+
+ private:
+  std::string unit_name(std::size_t g) const {
+    const int u = g < units_.size() ? units_[g] : -1;
+    return u >= 0 ? "unit " + std::to_string(u) : "the step's all-gather " + std::to_string(g);
+  }
+  dtl::Communicator& inner_;
+  const lab06::ShardedTrainer* trainer_ = nullptr;
+  std::vector<int> units_;      // per all-gather since watch(), in issue order: the unit it lands in (-1: none)
+  std::set<std::size_t> waited_;  // all-gathers waited for since the last hook ended
 };
 
 }  // namespace lab06_test

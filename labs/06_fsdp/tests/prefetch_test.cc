@@ -6,6 +6,9 @@
 // the backend completed it. On an emulated link where every operation takes at
 // least 3 ms, a gather issued ahead of its unit is in flight together with the
 // one before it; without prefetch none ever is; and never more than 1 + prefetch.
+// A GatherWatch between them sees that each pre_* hook waits for its own unit's
+// gather only, leaving the ones issued ahead in flight while the unit computes
+// (Note [Watching the prefetch] in fsdp_test_util.h).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -29,9 +32,12 @@ TEST(Prefetch, GathersInFlightReachButNeverExceedTheLimit) {
   for (int k : {0, 1, 2}) {
     auto inner = emulated_backend(comm(), "alpha=3ms,bw=1GB/s");
     RecordingCommunicator counting(*inner);
+    GatherWatch watch(counting);
     nn::Model model = make_model(ModelKind::kGpt, 2);
-    lab06::ShardedTrainer trainer(counting, model,
-                                  options_for(ShardingMode::kFsdp, OptKind::kAdamW, k, test_layouts(model, comm().size())));
+    lab06::ShardedOptions o = options_for(ShardingMode::kFsdp, OptKind::kAdamW, k, test_layouts(model, comm().size()));
+    o.observer = watch.observer();
+    lab06::ShardedTrainer trainer(watch, model, o);
+    watch.watch(trainer);
     counting.clear();
     const Batch b = rank_batch(ModelKind::kGpt, 0, kGlobalBatch, comm().rank(), comm().size());
     const lab06::StepResult r = trainer.step(b.x, b.y);
@@ -45,6 +51,9 @@ TEST(Prefetch, GathersInFlightReachButNeverExceedTheLimit) {
     }
     EXPECT_LE(counting.max_in_flight(CollectiveKind::kReduceScatter), 1 + k) << "prefetch " << k;
     EXPECT_EQ(counting.count(CollectiveKind::kAllgather), 2 * model.unit_count()) << "prefetch " << k;
+    EXPECT_TRUE(watch.problems.empty()) << "rank " << comm().rank() << ", prefetch " << k << ", "
+                                        << (watch.problems.empty() ? "" : watch.problems.front()) << " ("
+                                        << watch.problems.size() << " hooks like it)";
     if (comm().rank() == 0) {
       std::printf("[ info ] prefetch %d: at most %d all-gathers in flight; the trainer waited %.1f ms for communication\n",
                   k, most, r.exposed_seconds * 1e3);

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "harness/testing/early_wait.h"
 #include "labs/08_tensor_parallel/tests/tp_test_util.h"
 #include "lab08/overlapped_linear.h"
 
@@ -115,14 +116,10 @@ inline std::vector<double> product_of_step(const std::vector<double>& w, std::in
   return step;
 }
 
-// Note [A spin is a wait]: a layer that waits for chunk c - 1 before issuing
-// chunk c leaves the link idle while chunk c is multiplied, and a loop on test()
-// until it returns true is the same wait. So each chunk's Work, until the next
-// chunk is issued, answers test() with "not yet" and counts the calls: a layer
-// that polls once in a while (to drive progress) loses nothing, since it waits
-// later anyway; a layer that asks kSpinPolls times with nothing issued in between
-// is spinning, and is recorded as having waited (then answered truly, so it never
-// hangs). A wait_for() whose deadline has already passed is a poll, too.
+// A layer that waits for chunk c - 1 before issuing chunk c leaves the link idle
+// while chunk c is multiplied, and a loop on test() until it returns true is the
+// same wait (Note [A spin is a wait] in harness/testing/early_wait.h). So each
+// chunk's Work is "too early" until the next chunk is issued.
 
 /// Per chunk issued, whether the layer waited for it (or spun on it) before issuing the next.
 struct ChunkWaits {
@@ -130,35 +127,20 @@ struct ChunkWaits {
   std::vector<int> waited;  // one entry per chunk issued so far
 };
 
-/// The Work of chunk `chunk`'s collective behind a watch (Note [A spin is a wait]).
-class ChunkWork final : public dtl::WorkImpl {
- public:
-  static constexpr int kSpinPolls = 1000;
-  /// waits: the watch's record (nullptr: not a chunk, everything passes through).
-  ChunkWork(dtl::Work work, const dtl::OpInfo& info, ChunkWaits* waits = nullptr, std::size_t chunk = 0)
-      : dtl::WorkImpl(info.description), work_(std::move(work)), waits_(waits), chunk_(chunk) {}
-  bool test() override {
-    if (before_next_issue()) {
-      if (++polls_ < kSpinPolls) return false;
-      waits_->waited[chunk_] = 1;  // asked kSpinPolls times, nothing issued in between: a spin
-    }
-    return work_.test();
-  }
-  bool wait_until(double deadline) override {
-    if (deadline <= dtl::clock_seconds()) return test();  // wait_for(0): a poll
-    if (before_next_issue()) waits_->waited[chunk_] = 1;
-    return work_.wait_for(std::max(0.0, deadline - dtl::clock_seconds()));
-  }
+/// The Work of chunk `chunk`'s collective behind a watch: a wait (or a spin) on it before
+/// the next chunk is issued is recorded in `waits` (Note [A spin is a wait]).
+inline std::unique_ptr<dtl::WorkImpl> chunk_work(dtl::Work work, const dtl::OpInfo& info, ChunkWaits* waits,
+                                                 std::size_t chunk) {
+  return std::make_unique<dtl::testing::EarlyWaitWork>(
+      std::move(work), info,
+      [waits, chunk] { return chunk + 1 < waits->chunks && waits->waited.size() == chunk + 1; },
+      [waits, chunk] { waits->waited[chunk] = 1; });
+}
 
- private:
-  bool before_next_issue() const {
-    return waits_ != nullptr && chunk_ + 1 < waits_->chunks && waits_->waited.size() == chunk_ + 1;
-  }
-  dtl::Work work_;
-  ChunkWaits* waits_;
-  std::size_t chunk_;
-  int polls_ = 0;
-};
+/// The Work of a collective that is not a chunk: it passes through.
+inline std::unique_ptr<dtl::WorkImpl> passing_work(dtl::Work work, const dtl::OpInfo& info) {
+  return std::make_unique<dtl::testing::EarlyWaitWork>(std::move(work), info);
+}
 
 // A Communicator between the layer and Open MPI that, at each allreduce's issue, reads
 // the rows the allreduce was handed: the chunk being issued must hold this rank's
@@ -216,16 +198,16 @@ class ChunkWatch final : public dtl::Communicator {
     issue.previous_waited = c > 0 && waits_.waited[c - 1] != 0;
     issues.push_back(issue);
     waits_.waited.push_back(0);
-    return std::make_unique<ChunkWork>(inner_.allreduce(buf, info.count, info.dtype, info.op), info, &waits_, c);
+    return chunk_work(inner_.allreduce(buf, info.count, info.dtype, info.op), info, &waits_, c);
   }
   std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
-    return std::make_unique<ChunkWork>(inner_.broadcast(buf, info.count, info.dtype, info.root), info);
+    return passing_work(inner_.broadcast(buf, info.count, info.dtype, info.root), info);
   }
   std::unique_ptr<dtl::WorkImpl> do_reduce_scatter(const void* send, void* recv, const dtl::OpInfo& info) override {
-    return std::make_unique<ChunkWork>(inner_.reduce_scatter(send, recv, info.count, info.dtype, info.op), info);
+    return passing_work(inner_.reduce_scatter(send, recv, info.count, info.dtype, info.op), info);
   }
   std::unique_ptr<dtl::WorkImpl> do_allgather(const void* send, void* recv, const dtl::OpInfo& info) override {
-    return std::make_unique<ChunkWork>(inner_.allgather(send, recv, info.count, info.dtype), info);
+    return passing_work(inner_.allgather(send, recv, info.count, info.dtype), info);
   }
 
  private:
@@ -421,17 +403,16 @@ class StagingWatch final : public dtl::Communicator {
     issue.previous_waited = c > 0 && waits_.waited[c - 1] != 0;
     issues.push_back(issue);
     waits_.waited.push_back(0);
-    return std::make_unique<ChunkWork>(inner_.reduce_scatter(send, recv, info.count, info.dtype, info.op), info,
-                                       &waits_, c);
+    return chunk_work(inner_.reduce_scatter(send, recv, info.count, info.dtype, info.op), info, &waits_, c);
   }
   std::unique_ptr<dtl::WorkImpl> do_allreduce(void* buf, const dtl::OpInfo& info) override {
-    return std::make_unique<ChunkWork>(inner_.allreduce(buf, info.count, info.dtype, info.op), info);
+    return passing_work(inner_.allreduce(buf, info.count, info.dtype, info.op), info);
   }
   std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
-    return std::make_unique<ChunkWork>(inner_.broadcast(buf, info.count, info.dtype, info.root), info);
+    return passing_work(inner_.broadcast(buf, info.count, info.dtype, info.root), info);
   }
   std::unique_ptr<dtl::WorkImpl> do_allgather(const void* send, void* recv, const dtl::OpInfo& info) override {
-    return std::make_unique<ChunkWork>(inner_.allgather(send, recv, info.count, info.dtype), info);
+    return passing_work(inner_.allgather(send, recv, info.count, info.dtype), info);
   }
 
  private:

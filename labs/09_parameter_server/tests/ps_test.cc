@@ -210,6 +210,20 @@ TEST(Asp, EveryPushIsAppliedOnArrival) {
       const int keys = 6, mine = (comm().rank() + 1) * keys / servers - comm().rank() * keys / servers;
       EXPECT_EQ(pushes, run.workers * kSteps * mine) << "rank " << comm().rank() << ": pushes received (" << what << ")";
       EXPECT_EQ(applies, pushes) << "rank " << comm().rank() << ": ASP applies every push as it arrives (" << what << ")";
+      // On arrival: the push's own kApply is the next event of the log (nothing handled in between).
+      for (std::size_t i = 0; i < run.events.size(); ++i) {
+        const lab09::Event& e = run.events[i];
+        if (e.kind != lab09::EventKind::kPush) continue;
+        const lab09::Event* next = i + 1 < run.events.size() ? &run.events[i + 1] : nullptr;
+        if (next == nullptr || next->kind != lab09::EventKind::kApply || next->worker != e.worker ||
+            next->key != e.key || next->step != e.step) {
+          ADD_FAILURE() << "rank " << comm().rank() << " (" << what << "): worker " << e.worker << "'s push of key "
+                        << e.key << " for step " << e.step << " (event " << i << " of the log) was not applied on "
+                        << "arrival: the next event is not its kApply (ASP applies each push in on_push, before "
+                        << "the server handles another message; it never keeps one for later)";
+          break;
+        }
+      }
       // With one worker, ASP is plain SGD (each push scaled by 1/W = 1): the oracle on its rows.
       if (run.workers == 1) {
         const std::vector<float> oracle = run_oracle(kSteps, spec.rows, kSgd);
@@ -262,7 +276,8 @@ TEST(Accuracy, AspAndSspReachTheTargetWithAStraggler) {
 }
 
 // ---------------------------------------------------------------------------
-// Task F in use: pulls through the dependency engine give BSP's result
+// Task F in use: pulls through the dependency engine give BSP's result, and
+// overlap the forward (Note [The probe before unit 0] in ps_test_util.h)
 // ---------------------------------------------------------------------------
 
 TEST(Overlap, PullsThroughTheEngineEqualOneProcess) {
@@ -281,9 +296,19 @@ TEST(Overlap, PullsThroughTheEngineEqualOneProcess) {
       t.threads = 2;
       return t;
     };
+    spec.probe_pulls = true;  // Note [The probe before unit 0]
     const PsRun run = run_ps(spec);
     const std::string what = config(spec.options, comm().size() - servers) + ", pulls through the engine";
     expect_clean(run, kSteps, what);
+    if (!run.server && run.error.empty()) {
+      const int keys = 6;  // the MLP's weights and biases, behind the probe (unit 0, no keys)
+      EXPECT_GE(run.pulled_at_probe, 0) << "rank " << comm().rank() << ": the model's first unit never ran forward";
+      EXPECT_LT(run.pulled_at_probe, keys)
+          << "rank " << comm().rank() << " (" << what << "): when the forward of unit 0 (which has no keys) began, "
+          << "all " << keys << " keys had been pulled already, though the servers answer no pull for the first "
+          << "0.5 s: the worker waited for every pull (or pulled one key at a time) before the forward, so nothing "
+          << "overlapped; with overlap, unit u's forward waits for unit u's keys only";
+    }
     const std::vector<float> oracle = run_oracle(kSteps, kRows * (comm().size() - servers), kSgd);
     if (run.server && run.error.empty()) {
       EXPECT_TRUE(close_to(slice(oracle, run.first, run.values.size()), run.values, what, run.first));

@@ -12,10 +12,15 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
+#include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "datasets/datasets.h"
@@ -48,6 +53,61 @@ inline constexpr double kSafetyTimeout = 10.0;
 /// The model: an MLP 2 -> width -> width -> 3 (units fc0, fc1, head; six keys).
 inline nn::Model make_model(std::uint64_t seed = 3, std::int64_t width = 16) {
   return nn::make_mlp(2, width, 3, 2, seed);
+}
+
+// Note [The probe before unit 0]: pulls overlap the forward only if unit u's
+// forward waits for unit u's keys, not every key. The result cannot tell (BSP's
+// either way), so the overlap test gives the workers make_model() with a probe
+// in front: a unit without parameters (so without keys: its forward need wait
+// for nothing) that, at its first forward, counts the keys already pulled (the
+// workers' parameters start as NaN, which a pull overwrites); and every server
+// starts serving 0.5 s late (far more than a worker takes from the group to unit 0,
+// even on a loaded machine). A worker whose pulls overlap the forward reaches the
+// probe before any pull is answered; one that waits for every pull first (or
+// pulls one at a time) reaches it with every key pulled.
+
+/// A layer without parameters that passes x through and calls `at_first_forward` once,
+/// at its first forward (Note [The probe before unit 0]).
+class PullProbe final : public nn::Layer {
+ public:
+  PullProbe() : nn::Layer("probe") {}
+  std::function<void()> at_first_forward;
+  std::string kind() const override { return "PullProbe"; }
+  const nn::Tensor& forward(const nn::Tensor& x) override {
+    if (at_first_forward) std::exchange(at_first_forward, nullptr)();
+    y_ = x;
+    return y_;
+  }
+  const nn::Tensor& backward(const nn::Tensor& dy, const nn::GradReadyFn&) override {
+    dx_ = dy;
+    return dx_;
+  }
+  nn::Shape output_shape(const nn::Shape& input) const override { return input; }
+  void release_slot(int) override {}
+
+ private:
+  nn::Tensor y_, dx_;
+};
+
+/// make_model() with a PullProbe as unit 0 (the same parameters, from the same seed); *probe: it.
+inline nn::Model probed_model(PullProbe** probe, std::uint64_t seed = 3, std::int64_t width = 16) {
+  nn::Model model;
+  auto layer = std::make_unique<PullProbe>();
+  *probe = layer.get();
+  std::vector<std::unique_ptr<nn::Layer>> first;
+  first.push_back(std::move(layer));
+  model.add_unit("probe", std::move(first));
+  nn::Model mlp = make_model(seed, width);
+  dtl::Rng rng(seed);  // make_mlp()'s draws, in its order
+  for (int u = 0; u < mlp.unit_count(); ++u) {
+    std::vector<std::unique_ptr<nn::Layer>> layers;
+    const bool head = u + 1 == mlp.unit_count();
+    const std::string name = head ? "head" : "fc" + std::to_string(u);
+    layers.push_back(std::make_unique<nn::Linear>(name, u == 0 ? 2 : width, head ? 3 : width, nn::DType::kF32, rng));
+    if (!head) layers.push_back(std::make_unique<nn::ReLU>(name + ".relu"));
+    model.add_unit(name, std::move(layers));
+  }
+  return model;
 }
 
 inline std::vector<std::int64_t> key_sizes_of(const nn::Model& model) {
@@ -147,6 +207,7 @@ struct PsRun {
   lab09::TrainReport train;              // worker
   std::string error;                     // any exception, with its text
   std::vector<std::byte> checkpoint;     // server, when asked for
+  int pulled_at_probe = -1;              // worker, with RunSpec::probe_pulls: keys pulled when unit 0's forward began
 };
 
 /// Per worker: its TrainOptions (the default: `steps`, no delay, no fault).
@@ -160,13 +221,15 @@ struct RunSpec {
   int start_clock = 0;                            // a restored run's clock
   const std::vector<std::byte>* restore = nullptr;  // server: restore() this first (its own rank's)
   bool take_checkpoint = false;
+  bool probe_pulls = false;  // Note [The probe before unit 0]: the probed model, servers 0.5 s late
 };
 
 /// One parameter-server run on comm(): every rank builds the same model, servers
 /// serve, workers train. Every exception is caught and kept (no rank leaves early).
 inline PsRun run_ps(const RunSpec& spec) {
   PsRun run;
-  nn::Model model = make_model();
+  PullProbe* probe = nullptr;
+  nn::Model model = spec.probe_pulls ? probed_model(&probe) : make_model();
   const std::vector<std::int64_t> sizes = key_sizes_of(model);
   try {
     lab09::PsGroup group(comm(), spec.options, sizes,
@@ -177,6 +240,7 @@ inline PsRun run_ps(const RunSpec& spec) {
       const std::vector<float> initial = values_of(model);
       lab09::ParameterServer server(group, initial);
       if (spec.restore != nullptr) server.restore(*spec.restore);
+      if (spec.probe_pulls) std::this_thread::sleep_for(std::chrono::milliseconds(500));
       run.report = server.run();
       run.values.assign(server.values().begin(), server.values().end());
       run.first = group.key_offsets()[static_cast<std::size_t>(group.bounds()[static_cast<std::size_t>(comm().rank())])];
@@ -187,6 +251,19 @@ inline PsRun run_ps(const RunSpec& spec) {
       t.steps = spec.steps;
       t.overlap = false;
       if (spec.setup) t = spec.setup(group.worker_index());
+      if (probe != nullptr) {  // every parameter NaN until pulled; the probe counts the pulled ones
+        const std::vector<nn::Parameter*> params = model.parameters();
+        for (nn::Parameter* p : params) {
+          for (float& v : p->value.span<float>()) v = std::numeric_limits<float>::quiet_NaN();
+        }
+        probe->at_first_forward = [&run, params] {
+          run.pulled_at_probe = 0;
+          for (const nn::Parameter* p : params) {
+            const auto v = p->value.span<float>();
+            run.pulled_at_probe += std::none_of(v.begin(), v.end(), [](float e) { return std::isnan(e); }) ? 1 : 0;
+          }
+        };
+      }
       lab09::WorkerClient client(group, spec.start_clock);
       run.train = lab09::train_worker(client, model,
                                       worker_batches(group.worker_index(), group.workers(), spec.rows), t);
