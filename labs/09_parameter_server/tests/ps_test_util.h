@@ -60,11 +60,16 @@ inline nn::Model make_model(std::uint64_t seed = 3, std::int64_t width = 16) {
 // either way), so the overlap test gives the workers make_model() with a probe
 // in front: a unit without parameters (so without keys: its forward need wait
 // for nothing) that, at its first forward, counts the keys already pulled (the
-// workers' parameters start as NaN, which a pull overwrites); and every server
-// starts serving 0.5 s late (far more than a worker takes from the group to unit 0,
-// even on a loaded machine). A worker whose pulls overlap the forward reaches the
-// probe before any pull is answered; one that waits for every pull first (or
-// pulls one at a time) reaches it with every key pulled.
+// workers' parameters start as NaN, which a pull overwrites). The servers start
+// serving only once every worker's probe has counted (a nonblocking barrier on a
+// side communicator, which each probe enters after counting), or after
+// kProbeWaitSeconds if some worker never gets there. A worker whose pulls overlap
+// the forward reaches its probe with no pull answered, however slow the machine;
+// one that waits for every pull first (or pulls one key at a time) reaches it
+// only after the servers gave up waiting, with every key pulled.
+
+/// How long the servers wait for every worker's probe before they serve anyway.
+inline constexpr double kProbeWaitSeconds = 5.0;
 
 /// A layer without parameters that passes x through and calls `at_first_forward` once,
 /// at its first forward (Note [The probe before unit 0]).
@@ -221,7 +226,7 @@ struct RunSpec {
   int start_clock = 0;                            // a restored run's clock
   const std::vector<std::byte>* restore = nullptr;  // server: restore() this first (its own rank's)
   bool take_checkpoint = false;
-  bool probe_pulls = false;  // Note [The probe before unit 0]: the probed model, servers 0.5 s late
+  bool probe_pulls = false;  // Note [The probe before unit 0]: the probed model; servers serve once it counted
 };
 
 /// One parameter-server run on comm(): every rank builds the same model, servers
@@ -231,6 +236,16 @@ inline PsRun run_ps(const RunSpec& spec) {
   PullProbe* probe = nullptr;
   nn::Model model = spec.probe_pulls ? probed_model(&probe) : make_model();
   const std::vector<std::int64_t> sizes = key_sizes_of(model);
+  // Note [The probe before unit 0]: one nonblocking barrier on a side communicator,
+  // entered by each worker's probe after it counted and by each server before it serves.
+  MPI_Comm side = MPI_COMM_NULL;
+  MPI_Request probed = MPI_REQUEST_NULL;
+  bool entered = false;
+  auto enter = [&] {
+    if (side != MPI_COMM_NULL && !entered) DTL_MPI_CHECK(MPI_Ibarrier(side, &probed));
+    entered = true;
+  };
+  if (spec.probe_pulls) DTL_MPI_CHECK(MPI_Comm_dup(comm(), &side));
   try {
     lab09::PsGroup group(comm(), spec.options, sizes,
                          even_bounds(static_cast<int>(sizes.size()), spec.options.servers));
@@ -240,7 +255,14 @@ inline PsRun run_ps(const RunSpec& spec) {
       const std::vector<float> initial = values_of(model);
       lab09::ParameterServer server(group, initial);
       if (spec.restore != nullptr) server.restore(*spec.restore);
-      if (spec.probe_pulls) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      if (spec.probe_pulls) {  // serve once every worker's probe has counted, or after kProbeWaitSeconds
+        enter();
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kProbeWaitSeconds);
+        for (int done = 0; done == 0 && std::chrono::steady_clock::now() < deadline;) {
+          DTL_MPI_CHECK(MPI_Test(&probed, &done, MPI_STATUS_IGNORE));
+          if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      }
       run.report = server.run();
       run.values.assign(server.values().begin(), server.values().end());
       run.first = group.key_offsets()[static_cast<std::size_t>(group.bounds()[static_cast<std::size_t>(comm().rank())])];
@@ -256,12 +278,13 @@ inline PsRun run_ps(const RunSpec& spec) {
         for (nn::Parameter* p : params) {
           for (float& v : p->value.span<float>()) v = std::numeric_limits<float>::quiet_NaN();
         }
-        probe->at_first_forward = [&run, params] {
+        probe->at_first_forward = [&run, &enter, params] {
           run.pulled_at_probe = 0;
           for (const nn::Parameter* p : params) {
             const auto v = p->value.span<float>();
             run.pulled_at_probe += std::none_of(v.begin(), v.end(), [](float e) { return std::isnan(e); }) ? 1 : 0;
           }
+          enter();  // counted: the servers may serve now
         };
       }
       lab09::WorkerClient client(group, spec.start_clock);
@@ -270,6 +293,11 @@ inline PsRun run_ps(const RunSpec& spec) {
     }
   } catch (const std::exception& e) {
     run.error = e.what();
+  }
+  if (side != MPI_COMM_NULL) {  // a rank that never reached its probe (an exception) enters now
+    enter();
+    DTL_MPI_CHECK(MPI_Wait(&probed, MPI_STATUS_IGNORE));
+    DTL_MPI_CHECK(MPI_Comm_free(&side));
   }
   return run;
 }
