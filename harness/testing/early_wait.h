@@ -6,14 +6,20 @@
 /// leaves the link idle while it computes, and a loop on test() until it returns
 /// true is the same wait. So, while the test says a wait would come too early (the
 /// next chunk not issued yet, backward not gone on, the unit not computing yet),
-/// test() answers "not yet" and counts the calls: code that polls now and then (to
-/// drive progress) loses nothing, since it waits later anyway; code that asks
-/// kSpinPolls times while it is too early is spinning, and is reported as having
-/// waited (then answered truly, so it never hangs). A wait_for() whose deadline has
-/// already passed is a poll, too. Labs 04, 06 and 08 use it.
+/// test() answers "not yet" for its first kSpinPolls polls, then truly (so nothing
+/// hangs). Code that polls now and then (to drive progress) loses nothing, since it
+/// waits later anyway. Code that polls one operation kSpinPolls times in a row, with
+/// no call on another watched operation in between, while it is too early, is
+/// spinning on it, and is reported as having waited. Polls interleaved with calls on
+/// other operations are not a spin on any one of them: a loop that waits for the
+/// operation it needs and polls the others meanwhile leaves as soon as its own is
+/// done, whatever the others do. A wait_for() whose deadline has already passed is a
+/// poll, too. Labs 04, 06 and 08 use it.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <utility>
 
@@ -21,7 +27,7 @@
 
 namespace dtl::testing {
 
-/// @brief Forwards to an inner Work; a wait, or kSpinPolls polls, while `too_early()`
+/// @brief Forwards to an inner Work; a wait, or kSpinPolls polls in a row, while `too_early()`
 /// holds calls `waited_early()` (Note [A spin is a wait]).
 class EarlyWaitWork final : public dtl::WorkImpl {
  public:
@@ -32,7 +38,7 @@ class EarlyWaitWork final : public dtl::WorkImpl {
   /// @param[in] work the inner backend's Work.
   /// @param[in] info the operation (for its description).
   /// @param[in] too_early whether a wait now would come too early (empty: never).
-  /// @param[in] waited_early called at each wait, and each poll from the kSpinPolls-th on, while too early.
+  /// @param[in] waited_early called at each wait, and each poll from the kSpinPolls-th in a row on, while too early.
   EarlyWaitWork(dtl::Work work, const dtl::OpInfo& info, std::function<bool()> too_early = {},
                 std::function<void()> waited_early = {})
       : dtl::WorkImpl(info.description),
@@ -43,9 +49,12 @@ class EarlyWaitWork final : public dtl::WorkImpl {
   /// @brief "Not yet" while too early, for fewer than kSpinPolls polls; then the inner answer.
   /// @return whether the operation is complete.
   bool test() override {
+    const std::uint64_t call = ++calls_;
     if (early()) {
+      run_ = last_call_ + 1 == call ? run_ + 1 : 1;  // polls of this operation in a row
+      last_call_ = call;
+      if (run_ >= kSpinPolls) waited_early_();  // asked kSpinPolls times in a row while too early: a spin
       if (++polls_ < kSpinPolls) return false;
-      waited_early_();  // asked kSpinPolls times while too early: a spin
     }
     return work_.test();
   }
@@ -55,6 +64,7 @@ class EarlyWaitWork final : public dtl::WorkImpl {
   /// @return whether the operation is complete.
   bool wait_until(double deadline) override {
     if (deadline <= dtl::clock_seconds()) return test();  // wait_for(0): a poll
+    ++calls_;
     if (early()) waited_early_();
     return work_.wait_for(std::max(0.0, deadline - dtl::clock_seconds()));
   }
@@ -64,7 +74,10 @@ class EarlyWaitWork final : public dtl::WorkImpl {
   dtl::Work work_;
   std::function<bool()> too_early_;
   std::function<void()> waited_early_;
-  int polls_ = 0;
+  int polls_ = 0;                   // polls while too early
+  int run_ = 0;                     // of them, the last ones in a row
+  std::uint64_t last_call_ = 0;     // calls_ at this operation's last poll
+  static inline std::atomic<std::uint64_t> calls_{0};  // test() and wait calls on every EarlyWaitWork
 };
 
 }  // namespace dtl::testing

@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "harness/comm/mpi_comm.h"
 #include "harness/error.h"
 #include "harness/json.h"
+#include "harness/testing/early_wait.h"
 #include "harness/testing/mpi_test.h"
 #include "harness/testing/mpi_tracer.h"
 #include "harness/testing/training_fixtures.h"
@@ -375,6 +377,71 @@ TEST(Checks, PatternBytesDifferBySeed) {
   const auto b = dtl::testing::pattern_bytes(1000, 2);
   EXPECT_NE(a, b);
   EXPECT_EQ(a, dtl::testing::pattern_bytes(1000, 1));
+}
+
+// An operation that completes once `done` is set (by the test, not by a clock).
+class Switch final : public dtl::WorkImpl {
+ public:
+  explicit Switch(const bool* done) : dtl::WorkImpl("switch"), done_(done) {}
+  bool test() override { return *done_; }
+  bool wait_until(double) override { return *done_; }
+
+ private:
+  const bool* done_;
+};
+
+// An EarlyWaitWork over a Switch, "too early" always, counting its reports.
+struct Watched {
+  bool done = false;
+  int reports = 0;
+  dtl::Work work;
+  Watched() {
+    dtl::OpInfo info;
+    info.description = "watched";
+    work = dtl::Work(std::make_unique<dtl::testing::EarlyWaitWork>(dtl::Work(std::make_unique<Switch>(&done), 0), info,
+                                                                   [] { return true; }, [this] { ++reports; }),
+                     0);
+  }
+};
+
+// Note [A spin is a wait]: kSpinPolls polls of one operation in a row are a spin.
+TEST(EarlyWait, PollsInARowAreASpinAndTheAnswerComesAfterThem) {
+  constexpr int kSpin = dtl::testing::EarlyWaitWork::kSpinPolls;
+  Watched a;
+  a.done = true;
+  int polls = 1;
+  while (!a.work.test()) ++polls;
+  EXPECT_EQ(polls, kSpin) << "\"not yet\" for the first kSpinPolls - 1 polls, then the true answer";
+  EXPECT_GE(a.reports, 1) << "kSpinPolls polls in a row while too early: a spin";
+  Watched b;
+  b.work.wait_for(0.001);
+  EXPECT_EQ(b.reports, 1) << "a wait while too early is reported";
+}
+
+// Polls interleaved with polls of another operation are not a spin on either, and
+// never hang: a loop that waits for its own operation and polls another meanwhile.
+TEST(EarlyWait, InterleavedPollsAreNotASpinAndStillEnd) {
+  constexpr int kSpin = dtl::testing::EarlyWaitWork::kSpinPolls;
+  Watched own, other;
+  own.done = other.done = true;
+  int polls = 0;
+  while (!own.work.test()) {
+    ++polls;
+    (void)other.work.test();
+  }
+  EXPECT_EQ(polls, kSpin - 1);
+  EXPECT_EQ(own.reports, 0);
+  EXPECT_EQ(other.reports, 0);
+  // A spin that starts after interleaved polls is still seen.
+  Watched late;
+  Watched cut;
+  for (int i = 0; i < 10; ++i) {
+    (void)late.work.test();
+    (void)cut.work.test();
+  }
+  for (int i = 0; i < kSpin; ++i) (void)late.work.test();
+  EXPECT_GE(late.reports, 1);
+  EXPECT_EQ(cut.reports, 0);
 }
 
 }  // namespace

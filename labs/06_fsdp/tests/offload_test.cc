@@ -134,7 +134,10 @@ TEST(Offload, ShardsAndStateLiveOnTheHostOnly) {
 // (window_max), L_u a unit's padded size and S_u = L_u / W its shard:
 //   device (kCpu):      parameters 4 W_k(L), gradients 4 W_k(L), optimizer 0,
 //                       communication 2 W_k(S + L) with 16-bit gathers (the two
-//                       bf16 buffers of every gather in flight), 0 with f32;
+//                       bf16 buffers of every gather in flight), 0 with f32; a
+//                       trainer that widens a prefetched gather as soon as it sees it
+//                       complete frees those buffers sooner, so this one is a range:
+//                       from one unit's 2 (S_u + L_u) up to 2 W_k(S + L);
 //   host (kPinnedHost): 4S, 4S, 8S, whatever k is;
 //   copies:             8S to the device and 4S back per step, whatever k is.
 // The brief's "largest unit + k units" bound is W_k(L) <= (1 + k) L.
@@ -174,8 +177,12 @@ TEST(Offload, DevicePeakIsTheScheduleClosedFormAtEveryPrefetch) {
         }
         EXPECT_EQ(dev_peak(C::kParameters), want_full) << what << ": device parameter peak (4 W_k(L))";
         EXPECT_EQ(dev_peak(C::kGradients), want_full) << what << ": device gradient peak (4 W_k(L))";
-        EXPECT_EQ(dev_peak(C::kCommunication), want_comm)
-            << what << ": device communication peak (2 W_k(S + L) with 16-bit gathers, else 0)";
+        // A gather widened as soon as it is seen complete (before its unit's hook) frees
+        // its 16-bit buffers early: fewer bytes, as long as every gather had its own.
+        EXPECT_LE(dev_peak(C::kCommunication), want_comm)
+            << what << ": device communication peak (at most 2 W_k(S + L) with 16-bit gathers, else 0)";
+        EXPECT_GE(dev_peak(C::kCommunication), want_comm == 0 ? 0 : window_max(comm_per_unit, 0))
+            << what << ": device communication peak (at least one gather's 16-bit buffers, 2 (S_u + L_u))";
         EXPECT_EQ(dev_peak(C::kOptimizerState), 0) << what << ": optimizer state on the device";
         EXPECT_EQ(host_peak(C::kParameters), 4 * shard) << what << ": host parameter bytes (4S)";
         EXPECT_EQ(host_peak(C::kGradients), 4 * shard) << what << ": host gradient bytes (4S)";
