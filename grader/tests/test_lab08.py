@@ -142,82 +142,66 @@ class TestLab08Reference(helpers.GraderAssertions, unittest.TestCase):
     def test_full_marks(self):
         self.assertReferenceFullMarks(self.graded, 155, items=19)  # 13 public + 1 speed + 5 example hidden items
 
+    def run_fault(self, function: str, body: str, test: str, passes: bool = False) -> str:
+        """Builds `body` as `function` into the kept tree's student test program, runs
+        `test` at 3 ranks, checks that it fails (or passes, with `passes`), and
+        returns its output. The caller puts the reference's body back."""
+        helpers.mutate_kept(self.work, "08", function, body)
+        build = helpers.rebuild_kept(self.work, "08", "lab08_student_test")
+        self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
+        rc, out, _ = helpers.run_kept_tests(self.work, "08", 3, f"--gtest_filter={test}")
+        (self.assertEqual if passes else self.assertNotEqual)(rc, 0, out[-3000:])
+        return out
+
     def test_all_gemms_first_loses_the_overlap_item(self):
         # In the kept tree: the fault rebuilt into the student test program only. Its
         # results are right, so only ChunkWatch (what y holds at each issue) can tell.
         self.assertIsNotNone(self.work, "grade.py --keep printed no folder")
         function = "OverlappedRowParallelLinear::forward"
-        helpers.mutate_kept(self.work, "08", function, ALL_GEMMS_FIRST)
         try:
-            build = helpers.rebuild_kept(self.work, "08", "lab08_student_test")
-            self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
-            rc, out, _ = helpers.run_kept_tests(self.work, "08", 3, "--gtest_filter=Overlap.EqualsTheUnsplitLayer")
-            self.assertEqual(rc, 0, out[-3000:])
+            self.run_fault(function, ALL_GEMMS_FIRST, "Overlap.EqualsTheUnsplitLayer", passes=True)
             rc, out, _ = helpers.run_kept_tests(self.work, "08", 3,
                                                 "--gtest_filter=Overlap.ChunksAreIssuedAsTheyAreComputed")
             self.assertNotEqual(rc, 0, out[-3000:])
             self.assertIn("a GEMM run ahead of the previous chunk's allreduce shows here", out, out[-3000:])
             # The same product kept aside and copied in at each issue: the watch changes the
             # later rows of x after each issue (Note [The watch changes x]), so it is stale.
-            helpers.mutate_kept(self.work, "08", function, PRODUCT_COPIED_IN)
-            build = helpers.rebuild_kept(self.work, "08", "lab08_student_test")
-            self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
-            rc, out, _ = helpers.run_kept_tests(self.work, "08", 3,
-                                                "--gtest_filter=Overlap.ChunksAreIssuedAsTheyAreComputed")
-            self.assertNotEqual(rc, 0, out[-3000:])
+            out = self.run_fault(function, PRODUCT_COPIED_IN, "Overlap.ChunksAreIssuedAsTheyAreComputed")
             self.assertIn("of x as it is now", out, out[-3000:])
             # Each chunk's test() polled until it finishes before the next chunk: right results,
             # nothing overlapped (Note [A spin is a wait]).
-            helpers.mutate_kept(self.work, "08", function, helpers.mutated_body(function, "08", (
+            out = self.run_fault(function, helpers.mutated_body(function, "08", (
                 "                                      ReduceOp::kSum));",
                 "                                      ReduceOp::kSum));\n"
-                "      while (!pending.back().test()) {\n      }  // fault: a spin is a wait")))
-            build = helpers.rebuild_kept(self.work, "08", "lab08_student_test")
-            self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
-            rc, out, _ = helpers.run_kept_tests(self.work, "08", 3,
-                                                "--gtest_filter=Overlap.ChunksAreIssuedAsTheyAreComputed")
-            self.assertNotEqual(rc, 0, out[-3000:])
+                "      while (!pending.back().test()) {\n      }  // fault: a spin is a wait")),
+                "Overlap.ChunksAreIssuedAsTheyAreComputed")
             self.assertIn("chunk 0's allreduce was waited for (or its test() polled until it finished)", out,
                           out[-3000:])
         finally:  # the source back to the reference's
             helpers.mutate_kept(self.work, "08", function, helpers.reference_body(function, "08"))
 
-
     def test_sp_all_gemms_first_loses_the_overlap_item(self):
         # Task F2 the same way: right results, every chunk computed before the first issue.
         self.assertIsNotNone(self.work, "grade.py --keep printed no folder")
         function = "OverlappedRowParallelLinear::forward_sp"
-        helpers.mutate_kept(self.work, "08", function, SP_ALL_GEMMS_FIRST)
         try:
-            build = helpers.rebuild_kept(self.work, "08", "lab08_student_test")
-            self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
-            rc, out, _ = helpers.run_kept_tests(self.work, "08", 3,
-                                                "--gtest_filter=OverlapSequence.EqualsTheUnsplitLayerOnThisRanksTokens")
-            self.assertEqual(rc, 0, out[-3000:])
+            self.run_fault(function, SP_ALL_GEMMS_FIRST, "OverlapSequence.EqualsTheUnsplitLayerOnThisRanksTokens",
+                           passes=True)
             rc, out, _ = helpers.run_kept_tests(self.work, "08", 3,
                                                 "--gtest_filter=OverlapSequence.ChunksAreIssuedAsTheyAreComputed")
             self.assertNotEqual(rc, 0, out[-3000:])
             self.assertIn("a GEMM run ahead of the previous chunk's reduce-scatter shows here", out, out[-3000:])
             # Each chunk waited for at once: right results, the chunks in order, nothing overlapped.
-            helpers.mutate_kept(self.work, "08", function, helpers.mutated_body(function, "08", (
+            out = self.run_fault(function, helpers.mutated_body(function, "08", (
                 "        pending.push_back(tp_.reduce_scatter(send, cache.y.data<V>() + begin * out_,\n"
                 "                                             static_cast<std::size_t>(size * out_), x.dtype(), "
                 "ReduceOp::kSum));",
                 "        tp_.reduce_scatter(send, cache.y.data<V>() + begin * out_, static_cast<std::size_t>(size * out_),\n"
-                "                           x.dtype(), ReduceOp::kSum).wait();  // fault: waited at once")))
-            build = helpers.rebuild_kept(self.work, "08", "lab08_student_test")
-            self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
-            rc, out, _ = helpers.run_kept_tests(self.work, "08", 3,
-                                                "--gtest_filter=OverlapSequence.ChunksAreIssuedAsTheyAreComputed")
-            self.assertNotEqual(rc, 0, out[-3000:])
+                "                           x.dtype(), ReduceOp::kSum).wait();  // fault: waited at once")),
+                "OverlapSequence.ChunksAreIssuedAsTheyAreComputed")
             self.assertIn("was waited for (or its test() polled until it finished) before chunk", out, out[-3000:])
             # Cut in the product's row order (task F's cut): the ranks receive the wrong tokens.
-            helpers.mutate_kept(self.work, "08", function, SP_ROW_ORDER)
-            build = helpers.rebuild_kept(self.work, "08", "lab08_student_test")
-            self.assertEqual(build.returncode, 0, build.stdout[-3000:] + build.stderr[-3000:])
-            rc, out, _ = helpers.run_kept_tests(self.work, "08", 3,
-                                                "--gtest_filter=OverlapSequence.EqualsTheUnsplitLayerOnThisRanksTokens")
-            self.assertNotEqual(rc, 0, out[-3000:])
+            out = self.run_fault(function, SP_ROW_ORDER, "OverlapSequence.EqualsTheUnsplitLayerOnThisRanksTokens")
             self.assertIn("y, this rank's tokens", out, out[-3000:])
         finally:  # the source back to the reference's
             helpers.mutate_kept(self.work, "08", function, helpers.reference_body(function, "08"))

@@ -21,6 +21,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 #include <utility>
 
 #include "harness/comm/communicator.h"
@@ -78,6 +80,49 @@ class EarlyWaitWork final : public dtl::WorkImpl {
   int run_ = 0;                     // of them, the last ones in a row
   std::uint64_t last_call_ = 0;     // calls_ at this operation's last poll
   static inline std::atomic<std::uint64_t> calls_{0};  // test() and wait calls on every EarlyWaitWork
+};
+
+/// @brief The base of a test's watch: a Communicator that forwards every operation to
+/// `inner`, each Work an EarlyWaitWork that never finds a wait early. A watch derives
+/// from it and overrides the operation(s) it watches (Note [A spin is a wait]).
+class WatchCommunicator : public dtl::Communicator {
+ public:
+  /// @param[in] inner the backend, which must outlive the watch.
+  /// @param[in] what the watch's name, for messages ("chunk watch").
+  WatchCommunicator(dtl::Communicator& inner, std::string what) : inner_(inner), what_(std::move(what)) {}
+  /// @return the inner backend's rank.
+  int rank() const override { return inner_.rank(); }
+  /// @return the inner backend's world size.
+  int world_size() const override { return inner_.world_size(); }
+  /// @return e.g. "chunk watch over mpi-thread".
+  std::string name() const override { return what_ + " over " + inner_.name(); }
+
+ protected:
+  /// @return the backend every operation is forwarded to.
+  dtl::Communicator& inner() const noexcept { return inner_; }
+  /// @brief Wraps an operation's Work so that it passes through, unwatched.
+  /// @param[in] work the inner backend's Work.
+  /// @param[in] info the operation.
+  /// @return the Work to hand back.
+  static std::unique_ptr<dtl::WorkImpl> passing(dtl::Work work, const dtl::OpInfo& info) {
+    return std::make_unique<EarlyWaitWork>(std::move(work), info);
+  }
+  std::unique_ptr<dtl::WorkImpl> do_allreduce(void* buf, const dtl::OpInfo& info) override {
+    return passing(inner_.allreduce(buf, info.count, info.dtype, info.op), info);
+  }
+  std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
+    return passing(inner_.broadcast(buf, info.count, info.dtype, info.root), info);
+  }
+  std::unique_ptr<dtl::WorkImpl> do_reduce_scatter(const void* send, void* recv, const dtl::OpInfo& info) override {
+    return passing(inner_.reduce_scatter(send, recv, info.count, info.dtype, info.op), info);
+  }
+  std::unique_ptr<dtl::WorkImpl> do_allgather(const void* send, void* recv, const dtl::OpInfo& info) override {
+    return passing(inner_.allgather(send, recv, info.count, info.dtype), info);
+  }
+
+ private:
+  dtl::Communicator& inner_;
+  std::string what_;
 };
 
 }  // namespace dtl::testing

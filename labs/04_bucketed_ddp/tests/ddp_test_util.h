@@ -249,13 +249,10 @@ inline ::testing::AssertionResult close_to_oracle(const std::vector<float>& expe
 /// A Communicator between the reducer and its backend that watches each allreduce's
 /// issue and wait against the gradients backward has made ready (Note [Watching the
 /// buckets leave]).
-class BucketWatch final : public dtl::Communicator {
+class BucketWatch final : public dtl::testing::WatchCommunicator {
  public:
   /// inner: the backend; model: the model whose grad_ready hook watch_gradients() wraps.
-  BucketWatch(dtl::Communicator& inner, nn::Model& model) : inner_(inner), model_(model) {}
-  int rank() const override { return inner_.rank(); }
-  int world_size() const override { return inner_.world_size(); }
-  std::string name() const override { return "bucket watch over " + inner_.name(); }
+  BucketWatch(dtl::Communicator& inner, nn::Model& model) : WatchCommunicator(inner, "bucket watch"), model_(model) {}
 
   /// Call once the Reducer is made (it sets grad_ready): from here on gradients and allreduces are watched.
   void watch_gradients() {
@@ -283,8 +280,8 @@ class BucketWatch final : public dtl::Communicator {
 
  protected:
   std::unique_ptr<dtl::WorkImpl> do_allreduce(void* buf, const dtl::OpInfo& info) override {
-    dtl::Work work = inner_.allreduce(buf, info.count, info.dtype, info.op);
-    if (!armed_) return std::make_unique<dtl::testing::EarlyWaitWork>(std::move(work), info);
+    dtl::Work work = inner().allreduce(buf, info.count, info.dtype, info.op);
+    if (!armed_) return passing(std::move(work), info);
     const auto* begin = static_cast<const float*>(buf);
     Issue issue{.offset = begin - flat_, .count = info.count};
     for (const float* g : ready_) issue.later_ready += g < begin ? 1 : 0;
@@ -294,20 +291,8 @@ class BucketWatch final : public dtl::Communicator {
         std::move(work), info, [this, seen] { return !done_ && ready_.size() == seen && seen < total_; },
         [this, i] { issues[i].waited_early = true; });
   }
-  std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
-    return std::make_unique<dtl::testing::EarlyWaitWork>(inner_.broadcast(buf, info.count, info.dtype, info.root),
-                                                         info);
-  }
-  std::unique_ptr<dtl::WorkImpl> do_reduce_scatter(const void* send, void* recv, const dtl::OpInfo& info) override {
-    return std::make_unique<dtl::testing::EarlyWaitWork>(
-        inner_.reduce_scatter(send, recv, info.count, info.dtype, info.op), info);
-  }
-  std::unique_ptr<dtl::WorkImpl> do_allgather(const void* send, void* recv, const dtl::OpInfo& info) override {
-    return std::make_unique<dtl::testing::EarlyWaitWork>(inner_.allgather(send, recv, info.count, info.dtype), info);
-  }
 
  private:
-  dtl::Communicator& inner_;
   nn::Model& model_;
   const float* flat_ = nullptr;
   std::size_t total_ = 0;             // gradients in one backward

@@ -306,13 +306,10 @@ class SubComm {
 
 /// A Communicator between the trainer and its backend that names every pre_* hook in
 /// which more than one all-gather was waited for (Note [Watching the prefetch]).
-class GatherWatch final : public dtl::Communicator {
+class GatherWatch final : public dtl::testing::WatchCommunicator {
  public:
   /// inner: the backend, which must outlive this.
-  explicit GatherWatch(dtl::Communicator& inner) : inner_(inner) {}
-  int rank() const override { return inner_.rank(); }
-  int world_size() const override { return inner_.world_size(); }
-  std::string name() const override { return "gather watch over " + inner_.name(); }
+  explicit GatherWatch(dtl::Communicator& inner) : WatchCommunicator(inner, "gather watch") {}
 
   /// The observer for ShardedOptions: closes each hook's record.
   std::function<void(const char*, int)> observer() {
@@ -347,19 +344,8 @@ class GatherWatch final : public dtl::Communicator {
     }
     const std::size_t g = units_.size();
     units_.push_back(unit);
-    return std::make_unique<dtl::testing::EarlyWaitWork>(inner_.allgather(send, recv, info.count, info.dtype), info,
+    return std::make_unique<dtl::testing::EarlyWaitWork>(inner().allgather(send, recv, info.count, info.dtype), info,
                                                          [] { return true; }, [this, g] { waited_.insert(g); });
-  }
-  std::unique_ptr<dtl::WorkImpl> do_allreduce(void* buf, const dtl::OpInfo& info) override {
-    return std::make_unique<dtl::testing::EarlyWaitWork>(inner_.allreduce(buf, info.count, info.dtype, info.op), info);
-  }
-  std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
-    return std::make_unique<dtl::testing::EarlyWaitWork>(inner_.broadcast(buf, info.count, info.dtype, info.root),
-                                                         info);
-  }
-  std::unique_ptr<dtl::WorkImpl> do_reduce_scatter(const void* send, void* recv, const dtl::OpInfo& info) override {
-    return std::make_unique<dtl::testing::EarlyWaitWork>(
-        inner_.reduce_scatter(send, recv, info.count, info.dtype, info.op), info);
   }
 
  private:
@@ -367,7 +353,6 @@ class GatherWatch final : public dtl::Communicator {
     const int u = g < units_.size() ? units_[g] : -1;
     return u >= 0 ? "unit " + std::to_string(u) : "the step's all-gather " + std::to_string(g);
   }
-  dtl::Communicator& inner_;
   const lab06::ShardedTrainer* trainer_ = nullptr;
   std::vector<int> units_;      // per all-gather since watch(), in issue order: the unit it lands in (-1: none)
   std::set<std::size_t> waited_;  // all-gathers waited for since the last hook ended

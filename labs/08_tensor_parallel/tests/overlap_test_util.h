@@ -137,16 +137,11 @@ inline std::unique_ptr<dtl::WorkImpl> chunk_work(dtl::Work work, const dtl::OpIn
       [waits, chunk] { waits->waited[chunk] = 1; });
 }
 
-/// The Work of a collective that is not a chunk: it passes through.
-inline std::unique_ptr<dtl::WorkImpl> passing_work(dtl::Work work, const dtl::OpInfo& info) {
-  return std::make_unique<dtl::testing::EarlyWaitWork>(std::move(work), info);
-}
-
 // A Communicator between the layer and Open MPI that, at each allreduce's issue, reads
 // the rows the allreduce was handed: the chunk being issued must hold this rank's
 // product already (x_r W_r^T, the test's own loops, of x as it is at the issue),
 // and the previous chunk must not have been waited for yet (Note [A spin is a wait]).
-class ChunkWatch final : public dtl::Communicator {
+class ChunkWatch final : public dtl::testing::WatchCommunicator {
  public:
   /// product: x_r W_r^T of the x given to forward, (N, out). x, in: that x's data, (N, in),
   /// which the watch changes as the chunks are issued (x_step()); step: x_step()'s
@@ -154,12 +149,10 @@ class ChunkWatch final : public dtl::Communicator {
   /// chunks: how many chunks the forward is to issue (min(k, N)).
   ChunkWatch(dtl::Communicator& inner, std::vector<double> product, std::int64_t out, double* x, std::int64_t in,
              std::vector<double> step, std::size_t chunks)
-      : inner_(inner), product_(std::move(product)), out_(out), x_(x), in_(in), step_(std::move(step)) {
+      : WatchCommunicator(inner, "chunk watch"),
+        product_(std::move(product)), out_(out), x_(x), in_(in), step_(std::move(step)) {
     waits_.chunks = chunks;
   }
-  int rank() const override { return inner_.rank(); }
-  int world_size() const override { return inner_.world_size(); }
-  std::string name() const override { return "chunk watch over " + inner_.name(); }
 
   struct Issue {
     std::int64_t first_row = -1, rows = 0;  // where the buffer lies in y (-1: not inside it)
@@ -198,20 +191,10 @@ class ChunkWatch final : public dtl::Communicator {
     issue.previous_waited = c > 0 && waits_.waited[c - 1] != 0;
     issues.push_back(issue);
     waits_.waited.push_back(0);
-    return chunk_work(inner_.allreduce(buf, info.count, info.dtype, info.op), info, &waits_, c);
-  }
-  std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
-    return passing_work(inner_.broadcast(buf, info.count, info.dtype, info.root), info);
-  }
-  std::unique_ptr<dtl::WorkImpl> do_reduce_scatter(const void* send, void* recv, const dtl::OpInfo& info) override {
-    return passing_work(inner_.reduce_scatter(send, recv, info.count, info.dtype, info.op), info);
-  }
-  std::unique_ptr<dtl::WorkImpl> do_allgather(const void* send, void* recv, const dtl::OpInfo& info) override {
-    return passing_work(inner_.allgather(send, recv, info.count, info.dtype), info);
+    return chunk_work(inner().allreduce(buf, info.count, info.dtype, info.op), info, &waits_, c);
   }
 
  private:
-  dtl::Communicator& inner_;
   std::vector<double> product_;
   std::int64_t out_;
   double* x_;
@@ -342,7 +325,7 @@ inline void check_overlapped_sp(const nn::Shape& shape, std::int64_t out, bool b
 // layout, of x as it is at the issue); the chunk must receive
 // into its own rows of y; and the previous chunk must not have been waited for yet
 // (Note [A spin is a wait]).
-class StagingWatch final : public dtl::Communicator {
+class StagingWatch final : public dtl::testing::WatchCommunicator {
  public:
   /// staged: the whole staging buffer as the contract lays it out for k chunks, (T n, out),
   /// from the x given to forward. chunk_rows: each chunk's [begin, end) of this rank's n rows
@@ -352,13 +335,11 @@ class StagingWatch final : public dtl::Communicator {
   StagingWatch(dtl::Communicator& inner, std::vector<double> staged, std::int64_t out,
                std::vector<std::pair<std::int64_t, std::int64_t>> chunk_rows, std::vector<std::int64_t> x_rows,
                double* x, std::int64_t in, std::vector<double> step)
-      : inner_(inner), staged_(std::move(staged)), out_(out), chunks_(std::move(chunk_rows)),
+      : WatchCommunicator(inner, "staging watch"),
+        staged_(std::move(staged)), out_(out), chunks_(std::move(chunk_rows)),
         x_rows_(std::move(x_rows)), x_(x), in_(in), step_(std::move(step)) {
     waits_.chunks = chunks_.size();
   }
-  int rank() const override { return inner_.rank(); }
-  int world_size() const override { return inner_.world_size(); }
-  std::string name() const override { return "staging watch over " + inner_.name(); }
 
   struct Issue {
     bool where = false;                 // sent from, and received into, chunk c's rows of the contract's layout
@@ -403,20 +384,10 @@ class StagingWatch final : public dtl::Communicator {
     issue.previous_waited = c > 0 && waits_.waited[c - 1] != 0;
     issues.push_back(issue);
     waits_.waited.push_back(0);
-    return chunk_work(inner_.reduce_scatter(send, recv, info.count, info.dtype, info.op), info, &waits_, c);
-  }
-  std::unique_ptr<dtl::WorkImpl> do_allreduce(void* buf, const dtl::OpInfo& info) override {
-    return passing_work(inner_.allreduce(buf, info.count, info.dtype, info.op), info);
-  }
-  std::unique_ptr<dtl::WorkImpl> do_broadcast(void* buf, const dtl::OpInfo& info) override {
-    return passing_work(inner_.broadcast(buf, info.count, info.dtype, info.root), info);
-  }
-  std::unique_ptr<dtl::WorkImpl> do_allgather(const void* send, void* recv, const dtl::OpInfo& info) override {
-    return passing_work(inner_.allgather(send, recv, info.count, info.dtype), info);
+    return chunk_work(inner().reduce_scatter(send, recv, info.count, info.dtype, info.op), info, &waits_, c);
   }
 
  private:
-  dtl::Communicator& inner_;
   std::vector<double> staged_;
   std::int64_t out_;
   std::vector<std::pair<std::int64_t, std::int64_t>> chunks_;
